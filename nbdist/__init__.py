@@ -1,0 +1,31 @@
+"""nbdist: Jupyter notebooks as the ranks of one torch.distributed world.
+
+``%load_ext nbdist`` registers the magics. Nothing here imports torch: the
+backend is detected first, so that a broken accelerator plugin cannot break
+``import torch`` in the kernel.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "get_device", "load_ipython_extension", "unload_ipython_extension"]
+
+
+def load_ipython_extension(ipython) -> None:
+    from .magics import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    from .magics import unload
+
+    unload(ipython)
+
+
+def get_device():
+    """The ``torch.device`` this kernel's rank uses (after ``%%dist_init``)."""
+    from .magics import current_device
+
+    return current_device()

@@ -1,0 +1,184 @@
+"""Defaults in one place, and the resolution of a world's configuration.
+
+A value comes from, in order: a magic flag, a variable of the same name in the
+notebook's namespace (the walkthrough's "configuration area"), then the
+environment variable of that name.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .errors import ConfigError
+
+DEFAULT_PORT = 29500
+BACKENDS = ("auto", "gloo", "nccl", "hccl")
+
+# Named timeouts, seconds. Every wait in nbdist takes one of these.
+TIMEOUTS = {
+    "join": 600.0,  # ranks may arrive minutes apart
+    "barrier": 300.0,  # a %%collective barrier
+    "connect": 30.0,  # reaching the rendezvous server once it listens
+    "process_group": 300.0,  # torch's own timeout for collectives
+}
+for _name, _value in TIMEOUTS.items():
+    assert _value > 0, _name
+
+HEARTBEAT_INTERVAL = 1.0  # seconds between a rank's heartbeats
+POLL_INTERVAL = 0.1  # longest uninterruptible slice of any wait
+MAX_FIELD_CHARS = 64 * 1024  # per captured stream, per rank, before truncation
+MAX_VALUE_BYTES = 4 * 1024 * 1024  # the store refuses values over 8 MiB
+
+# Names looked up in the namespace and in the environment, per setting.
+_SOURCES = {
+    "rank": "RANK",
+    "world_size": "WORLD_SIZE",
+    "master_addr": "MASTER_ADDR",
+    "master_port": "MASTER_PORT",
+    "device": "DEVICE_ID",
+    "backend": "BACKEND",
+}
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """What a rank needs to join a world: validated, ready to use."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int = DEFAULT_PORT
+    backend: str = "auto"
+    device: str | None = None
+    timeout: float = TIMEOUTS["join"]
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings nbdist reads from environment variables (the only place it does)."""
+    environ = os.environ if environ is None else environ
+    return {key: environ[var] for key, var in _SOURCES.items() if environ.get(var, "") != ""}
+
+
+def resolve(
+    flags: Mapping[str, object],
+    namespace: Mapping[str, object],
+    environ: Mapping[str, str] | None = None,
+) -> WorldConfig:
+    """Merge flags, notebook variables and environment into a validated config."""
+    envs = env_settings(environ)
+    merged: dict[str, object] = {}
+    for key, var in _SOURCES.items():
+        if flags.get(key) is not None:
+            merged[key] = flags[key]
+        elif namespace.get(var) is not None:
+            merged[key] = namespace[var]
+        elif key in envs:
+            merged[key] = envs[key]
+    timeout = flags.get("timeout")
+    return validate(
+        rank=merged.get("rank"),
+        world_size=merged.get("world_size"),
+        master_addr=merged.get("master_addr"),
+        master_port=merged.get("master_port", DEFAULT_PORT),
+        backend=merged.get("backend", "auto"),
+        device=merged.get("device"),
+        timeout=TIMEOUTS["join"] if timeout is None else timeout,
+    )
+
+
+def _as_int(name: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be an integer, not {value!r}")
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, not {value!r}") from None
+
+
+def validate(
+    *,
+    rank: object,
+    world_size: object,
+    master_addr: object,
+    master_port: object = DEFAULT_PORT,
+    backend: object = "auto",
+    device: object = None,
+    timeout: object = TIMEOUTS["join"],
+) -> WorldConfig:
+    """Check every value and say which flag to fix; returns a :class:`WorldConfig`."""
+    if world_size is None:
+        raise ConfigError("the world size is missing: pass --world-size N (or set WORLD_SIZE)")
+    if rank is None:
+        raise ConfigError("this notebook's rank is missing: pass --rank R (or set RANK)")
+    size = _as_int("--world-size", world_size)
+    if size < 1:
+        raise ConfigError(f"--world-size must be at least 1, not {size}")
+    rank_ = _as_int("--rank", rank)
+    if not 0 <= rank_ < size:
+        raise ConfigError(f"--rank must be in 0..{size - 1} for a world of {size}, not {rank_}")
+    if master_addr is None or str(master_addr).strip() == "":
+        raise ConfigError(
+            "the master address is missing: pass --master-addr ADDR (rank 0's address, "
+            "127.0.0.1 when all notebooks run on one machine)"
+        )
+    port = _as_int("--master-port", master_port)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"--master-port must be in 1..65535, not {port}")
+    backend_ = str(backend).strip().lower()
+    if backend_ not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    try:
+        timeout_ = float(str(timeout))
+    except ValueError:
+        raise ConfigError(f"--timeout must be a number of seconds, not {timeout!r}") from None
+    if not timeout_ > 0:
+        raise ConfigError(f"--timeout must be positive, not {timeout_:g}")
+    device_ = None if device is None else str(device).strip()
+    return WorldConfig(
+        rank=rank_,
+        world_size=size,
+        master_addr=str(master_addr).strip(),
+        master_port=port,
+        backend=backend_,
+        device=device_ or None,
+        timeout=timeout_,
+    )
+
+
+def positive_seconds(name: str, value: object) -> float:
+    """Parse a timeout flag: a positive number of seconds."""
+    try:
+        seconds = float(str(value))
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, not {value!r}") from None
+    if not seconds > 0:
+        raise ConfigError(f"{name} must be positive, not {seconds:g}")
+    return seconds
+
+
+def is_local_address(host: str) -> bool:
+    """Whether ``host`` names this machine (so a server for it can be bound here)."""
+    try:
+        addrs = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+    except socket.gaierror:
+        return False
+    for addr in addrs:
+        try:
+            if ipaddress.ip_address(addr).is_loopback:
+                return True
+        except ValueError:
+            continue
+        probe = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET)
+        try:
+            probe.bind((addr, 0))
+            return True
+        except OSError:
+            continue
+        finally:
+            probe.close()
+    return False

@@ -1,0 +1,201 @@
+"""Side-by-side, per-rank display: HTML without JavaScript, and a text/plain fallback.
+
+Every rank's text is HTML-escaped; images are embedded only as validated
+base64 PNG/JPEG. Rows that are identical on every rank are shown once,
+marked identical; rows that differ are marked and shown per rank.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_B64 = re.compile(r"^[A-Za-z0-9+/=\s]+$")
+_DIFF_STYLE = "background:rgba(255,170,0,0.15)"
+_CELL_STYLE = "text-align:left;vertical-align:top;padding:2px 8px;border:1px solid rgba(128,128,128,0.35)"
+_PRE_STYLE = "margin:0;white-space:pre-wrap;word-break:break-word;font-size:12px;background:none"
+
+
+@dataclass
+class Cell:
+    """One rank's value in a row: its text, and optionally safe HTML built by nbdist."""
+
+    text: str
+    html: str | None = None
+
+    def render(self) -> str:
+        if self.html is not None:
+            return self.html
+        return f'<pre style="{_PRE_STYLE}">{html.escape(self.text)}</pre>'
+
+    def key(self) -> str:
+        return self.html if self.html is not None and not self.text else self.text
+
+
+@dataclass
+class SideBySide:
+    """A table with one column per rank, in rank order."""
+
+    title: str
+    columns: list[str]
+    rows: list[tuple[str, list[Cell]]] = field(default_factory=list)
+    footer: str = ""
+    compare: bool = True  # merge identical rows and mark differing ones
+
+    def add(self, label: str, cells: list[Cell]) -> None:
+        if any(c.text or c.html for c in cells):
+            self.rows.append((label, cells))
+
+    def _same(self, cells: list[Cell]) -> bool:
+        return self.compare and len(cells) > 1 and len({c.key() for c in cells}) == 1
+
+    def _repr_html_(self) -> str:
+        n = len(self.columns)
+        head = "".join(f'<th style="{_CELL_STYLE}">{html.escape(c)}</th>' for c in self.columns)
+        body = []
+        for label, cells in self.rows:
+            if self._same(cells):
+                note = f'<br><small>identical on all {n} ranks</small>'
+                body.append(
+                    f'<tr><th style="{_CELL_STYLE}">{html.escape(label)}{note}</th>'
+                    f'<td colspan="{n}" style="{_CELL_STYLE}">{cells[0].render()}</td></tr>'
+                )
+                continue
+            marked = self.compare and n > 1
+            style = f"{_CELL_STYLE};{_DIFF_STYLE}" if marked else _CELL_STYLE
+            note = "<br><small>≠ differs between ranks</small>" if marked else ""
+            tds = "".join(f'<td style="{style}">{c.render()}</td>' for c in cells)
+            body.append(f'<tr><th style="{style}">{html.escape(label)}{note}</th>{tds}</tr>')
+        foot = f"<div><small>{html.escape(self.footer)}</small></div>" if self.footer else ""
+        return (
+            f'<div class="nbdist"><div><b>{html.escape(self.title)}</b></div>'
+            f'<table style="border-collapse:collapse"><thead><tr><th style="{_CELL_STYLE}"></th>'
+            f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{foot}</div>"
+        )
+
+    def __repr__(self) -> str:
+        lines = [self.title]
+        same = [(label, cells[0]) for label, cells in self.rows if self._same(cells)]
+        if same:
+            lines.append(f"── all {len(self.columns)} ranks (identical) ──")
+            lines += _labelled(same)
+        for i, column in enumerate(self.columns):
+            own = [(label, cells[i]) for label, cells in self.rows if not self._same(cells)]
+            if not own and same:
+                continue
+            lines.append(f"── {column} ──")
+            marker = " (differs)" if self.compare and len(self.columns) > 1 else ""
+            lines += _labelled([(f"{label}{marker}", cell) for label, cell in own])
+        if self.footer:
+            lines.append(self.footer)
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/plain": repr(self), "text/html": self._repr_html_()}
+
+
+def _labelled(items: list[tuple[str, Cell]]) -> list[str]:
+    lines = []
+    for label, cell in items:
+        text = cell.text.rstrip("\n")
+        if "\n" in text:
+            lines.append(f"{label}:")
+            lines += ["  " + line for line in text.split("\n")]
+        else:
+            lines.append(f"{label}: {text}")
+    return lines
+
+
+def _images(displays: list[dict[str, str]]) -> str:
+    parts = []
+    for data in displays:
+        for mime in ("image/png", "image/jpeg"):
+            payload = data.get(mime)
+            if isinstance(payload, str) and _B64.match(payload):
+                parts.append(f'<img src="data:{mime};base64,{payload.strip()}" style="max-width:100%">')
+                break
+        else:
+            text = data.get("text/plain", "")
+            parts.append(f'<pre style="{_PRE_STYLE}">{html.escape(text)}</pre>')
+    return "".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def cell_table(title: str, ranks: list[dict[str, Any]], captures: list[dict[str, Any]]) -> SideBySide:
+    """The side-by-side display of one %%collective cell."""
+    columns = [
+        f"rank {i} · {info.get('host', '?')} · {_duration(cap.get('wall', 0.0))}"
+        for i, (info, cap) in enumerate(zip(ranks, captures, strict=True))
+    ]
+    table = SideBySide(title, columns)
+    table.add("stdout", [Cell(c.get("stdout", "")) for c in captures])
+    table.add("stderr", [Cell(c.get("stderr", "")) for c in captures])
+    table.add("display", [
+        Cell("\n".join(d.get("text/plain", "[image]") for d in c.get("displays", [])),
+             _images(c["displays"]) if c.get("displays") else None)
+        for c in captures
+    ])
+    table.add("Out", [Cell((c.get("result") or {}).get("text/plain", "")) for c in captures])
+    table.add("error", [Cell((c.get("error") or {}).get("traceback", "")) for c in captures])
+    return table
+
+
+def summary_table(title: str, ranks: list[dict[str, Any]], footer: str = "") -> SideBySide:
+    """Who is in the world: one column per rank."""
+    table = SideBySide(title, [f"rank {i}" for i in range(len(ranks))], footer=footer)
+    for label, key in [
+        ("host", "host"), ("pid", "pid"), ("backend", "backend"), ("device", "device"),
+        ("backend choice", "backend_reason"), ("torch", "torch"), ("nbdist", "nbdist"),
+        ("python", "python"),
+    ]:
+        table.add(label, [Cell(str(info.get(key, ""))) for info in ranks])
+    return table
+
+
+@dataclass
+class Message:
+    """A one-line status shown as plain text (no quotes) and as HTML."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/plain": self.text, "text/html": f'<div class="nbdist">{html.escape(self.text)}</div>'}
+
+
+@dataclass
+class JoinStatus:
+    """The live status of a join, updated in place while ranks arrive."""
+
+    status: dict[str, Any]
+    address: str
+
+    def _lines(self) -> list[str]:
+        s = self.status
+        joined = ", ".join(f"{i} ({info.get('host', '?')})" for i, info in sorted(s["joined"].items()))
+        missing = ", ".join(str(i) for i in s["missing"]) or "none"
+        state = "world formed" if not s["missing"] else "waiting for ranks"
+        return [
+            f"nbdist: {state} at {self.address} · {len(s['joined'])}/{s['world_size']} joined · "
+            f"{s['elapsed']:.0f} s elapsed",
+            f"joined: {joined or 'none yet'}",
+            f"missing: {missing}",
+        ]
+
+    def __repr__(self) -> str:
+        return "\n".join(self._lines())
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        lines = self._lines()
+        body = "<br>".join(html.escape(line) for line in lines[1:])
+        return {
+            "text/plain": repr(self),
+            "text/html": f'<div class="nbdist"><b>{html.escape(lines[0])}</b><br>{body}</div>',
+        }

@@ -1,0 +1,68 @@
+"""The nbdist error hierarchy.
+
+Every error a user can meet is a :class:`NbdistError`. Each also inherits the
+stdlib type it resembles, builds a message that says what to do next, and
+renders in a notebook as that one message (``_render_traceback_``) instead of
+a traceback through nbdist's internals.
+"""
+
+from __future__ import annotations
+
+
+class NbdistError(Exception):
+    """Base class of every error nbdist raises on purpose."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython calls this instead of formatting a traceback.
+        return [f"{type(self).__name__}: {self}"]
+
+
+class ConfigError(NbdistError, ValueError):
+    """A flag, variable or configuration value is invalid."""
+
+
+class NotInitializedError(NbdistError, RuntimeError):
+    """A command needs a world, and this kernel has not joined one."""
+
+    def __init__(self, what: str = "this command") -> None:
+        super().__init__(
+            f"{what} needs a world: run %%dist_init --rank R --world-size N "
+            "--master-addr ADDR in every notebook first"
+        )
+
+
+class StoreConnectionError(NbdistError, ConnectionError):
+    """The rendezvous server cannot be reached, or stopped answering."""
+
+
+class NotNbdistServerError(NbdistError, ConnectionError):
+    """Something answers on the master port, but it is not an nbdist server."""
+
+
+class JoinError(NbdistError, RuntimeError):
+    """The world could not be formed (duplicate rank, world-size mismatch...)."""
+
+
+class WaitTimeout(NbdistError, TimeoutError):
+    """A wait for other ranks ran past its deadline."""
+
+
+class WorldChangedError(NbdistError, RuntimeError):
+    """Another rank re-initialised or left; this rank must re-run %%dist_init."""
+
+
+class CollectiveError(NbdistError, RuntimeError):
+    """A %%collective cell raised on one or more ranks."""
+
+    def __init__(self, message: str, traceback_text: str = "") -> None:
+        super().__init__(message)
+        self.traceback_text = traceback_text
+
+    def _render_traceback_(self) -> list[str]:
+        lines = [f"{type(self).__name__}: {self}"]
+        if self.traceback_text:
+            lines = [self.traceback_text.rstrip("\n"), *lines]
+        return lines
+
+    def __reduce__(self):  # keep it picklable with both arguments
+        return (type(self), (str(self), self.traceback_text))

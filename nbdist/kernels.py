@@ -1,0 +1,149 @@
+"""Local kernels driven through jupyter_client: the demo's notebooks, and the tests'."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+
+@dataclass
+class Result:
+    """What one execute request produced in one kernel."""
+
+    status: str
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    user_expressions: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+
+    def text(self) -> str:
+        """All text the cell showed: streams, text/plain of results and displays, errors."""
+        parts = []
+        for out in self.outputs:
+            kind = out["msg_type"]
+            content = out["content"]
+            if kind == "stream":
+                parts.append(content["text"])
+            elif kind in ("display_data", "execute_result", "update_display_data"):
+                parts.append(content["data"].get("text/plain", "") + "\n")
+            elif kind == "error":
+                parts.append("\n".join(content["traceback"]) + "\n")
+        return "".join(parts)
+
+    def displays(self, mime: str = "text/html") -> list[str]:
+        return [
+            o["content"]["data"][mime]
+            for o in self.outputs
+            if o["msg_type"] in ("display_data", "execute_result") and mime in o["content"]["data"]
+        ]
+
+    def expression(self, name: str) -> str:
+        """The text/plain value of a user expression, or raise with the kernel's error."""
+        value = self.user_expressions[name]
+        if value.get("status") != "ok":
+            raise RuntimeError(f"user expression {name!r} failed: {value.get('evalue')}")
+        return value["data"]["text/plain"]
+
+
+class Kernel:
+    """One IPython kernel with a blocking client."""
+
+    def __init__(self, env: dict[str, str] | None = None, cwd: str | None = None) -> None:
+        self.manager = KernelManager(kernel_name="python3")
+        kernel_env = {**os.environ, **(env or {})}
+        self.manager.start_kernel(env=kernel_env, cwd=cwd)
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=60)
+
+    def execute(
+        self, code: str, timeout: float = 120, user_expressions: dict[str, str] | None = None
+    ) -> Result:
+        """Run ``code``; raise TimeoutError if the kernel is not idle within ``timeout`` s."""
+        outputs: list[dict[str, Any]] = []
+
+        def hook(msg: dict[str, Any]) -> None:
+            if msg["msg_type"] in ("stream", "display_data", "execute_result", "error", "update_display_data"):
+                outputs.append({"msg_type": msg["msg_type"], "content": msg["content"]})
+
+        reply = self.client.execute_interactive(
+            code, timeout=timeout, output_hook=hook, user_expressions=user_expressions or {},
+            allow_stdin=False,
+        )
+        content = reply["content"]
+        error = None
+        if content["status"] == "error":
+            error = {k: content.get(k) for k in ("ename", "evalue", "traceback")}
+        return Result(content["status"], outputs, content.get("user_expressions", {}), error)
+
+    def interrupt(self) -> None:
+        self.manager.interrupt_kernel()
+
+    def shutdown(self) -> None:
+        """Stop the kernel (ask, then kill); idempotent."""
+        try:
+            self.client.stop_channels()
+        finally:
+            if self.manager.has_kernel:
+                self.manager.shutdown_kernel(now=False)
+
+
+def start(n: int, env: dict[str, str] | None = None) -> list[Kernel]:
+    """Start ``n`` kernels in parallel."""
+    kernels: list[Kernel | None] = [None] * n
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            kernels[i] = Kernel(env)
+        except BaseException as exc:  # collected and re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        for k in kernels:
+            if k is not None:
+                k.shutdown()
+        raise errors[0]
+    return [k for k in kernels if k is not None]
+
+
+def execute_all(
+    kernels: Sequence[Kernel],
+    codes: str | Sequence[str],
+    timeout: float = 120,
+    user_expressions: dict[str, str] | None = None,
+) -> list[Result]:
+    """Run a cell (or one cell per kernel) in every kernel at once; results in kernel order."""
+    if isinstance(codes, str):
+        codes = [codes] * len(kernels)
+    results: list[Result | BaseException | None] = [None] * len(kernels)
+
+    def one(i: int) -> None:
+        try:
+            results[i] = kernels[i].execute(codes[i], timeout, user_expressions)
+        except BaseException as exc:  # re-raised in the caller's thread
+            results[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(kernels))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results  # type: ignore[return-value]
+
+
+def python() -> str:
+    return sys.executable

@@ -1,0 +1,232 @@
+"""The IPython magics: parse flags, call the session, display. Nothing more."""
+
+from __future__ import annotations
+
+import atexit
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from . import config
+from .display import Cell, JoinStatus, Message, SideBySide, cell_table, summary_table
+from .errors import CollectiveError, ConfigError, NotInitializedError
+from .session import Session
+
+_NAME = "DistMagics"
+
+
+@magics_class
+class DistMagics(Magics):
+    """nbdist's magics; the state lives on :attr:`session`."""
+
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.session = Session(shell)
+
+    @magic_arguments()
+    @argument("--rank", help="this notebook's rank, 0..N-1 (else RANK)")
+    @argument("--world-size", help="number of notebooks in the world (else WORLD_SIZE)")
+    @argument("--master-addr", help="address of rank 0 / the rendezvous server (else MASTER_ADDR)")
+    @argument("--master-port", help=f"rendezvous port (default {config.DEFAULT_PORT}, else MASTER_PORT)")
+    @argument("--backend", help="auto (default), gloo, nccl or hccl (else BACKEND)")
+    @argument("--device", help="device for this rank, e.g. cpu, cuda:1, npu:0 (else DEVICE_ID)")
+    @argument("--timeout", help=f"seconds to wait for every rank to join (default {config.TIMEOUTS['join']:g})")
+    @line_cell_magic
+    def dist_init(self, line: str, cell: str | None = None) -> None:
+        """Join this notebook to a torch.distributed world as one rank.
+
+        Run it in every notebook, each with its own --rank. Rank 0 starts the
+        rendezvous server on --master-addr:--master-port unless one answers
+        there. The cell body, if any, runs first: RANK, WORLD_SIZE,
+        MASTER_ADDR, MASTER_PORT, DEVICE_ID and BACKEND defined in it are used
+        where a flag is absent; environment variables of those names come
+        last. Afterwards ``dist`` and ``torch`` are in the namespace, with
+        ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (ints) and ``DEVICE`` (this
+        rank's ``torch.device``, also ``nbdist.get_device()``).
+        Re-running it leaves the world and joins again.
+        """
+        args = parse_argstring(self.dist_init, line)
+        if cell and cell.strip():
+            self.shell.run_cell(cell, store_history=False).raise_error()
+        flags = {
+            "rank": args.rank, "world_size": args.world_size, "master_addr": args.master_addr,
+            "master_port": args.master_port, "backend": args.backend, "device": args.device,
+            "timeout": args.timeout,
+        }
+        try:
+            cfg = config.resolve(flags, self.shell.user_ns)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+        address = f"{cfg.master_addr}:{cfg.master_port}"
+        handle = display(Message(f"nbdist: joining {address} as rank {cfg.rank} of {cfg.world_size}…"),
+                         display_id=True)
+
+        def on_status(status: Any) -> None:
+            handle.update(Message(status) if isinstance(status, str) else JoinStatus(status, address))
+
+        try:
+            ranks = self.session.init(cfg, on_status)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+        import torch
+        import torch.distributed as dist
+
+        ns = self.shell.user_ns
+        ns.setdefault("torch", torch)
+        ns.setdefault("dist", dist)
+        ns.update(RANK=cfg.rank, WORLD_SIZE=cfg.world_size, LOCAL_RANK=self.session.local_rank,
+                  DEVICE=self.session.device)
+        display(summary_table(
+            f"nbdist world · {cfg.world_size} rank(s) · rendezvous {address} · this notebook is rank {cfg.rank}",
+            ranks, footer=_version_note(ranks),
+        ))
+
+    @magic_arguments()
+    @argument("--timeout", default=config.TIMEOUTS["barrier"],
+              help=f"seconds each barrier waits for the other ranks (default {config.TIMEOUTS['barrier']:g})")
+    @cell_magic
+    def collective(self, line: str, cell: str) -> None:
+        """Run this cell on every rank in lockstep; show every rank's output side by side.
+
+        A barrier before and after the body keeps ranks together. The table
+        has one column per rank; an exception on any rank fails the cell on
+        every rank, after the table is shown.
+        """
+        args = parse_argstring(self.collective, line)
+        timeout = _seconds("--timeout", args.timeout)
+        world = self.session.world
+        try:
+            n, captures = self.session.collective(cell, timeout)
+        except Exception as exc:
+            partial = getattr(exc, "captures", None)
+            if partial and world is not None:
+                _show_cell(world, 0, partial)
+            raise
+        _show_cell(self.session.world, n, captures)
+        _raise_for_errors(self.session.world.rank, self.session.world.ranks, captures)
+
+    @line_magic
+    def dist_status(self, line: str) -> None:
+        """Show every rank of this world: joined, alive, last activity, backend, device, host."""
+        rows = self.session.status()
+        table = SideBySide(f"nbdist status · round {self.session.world.round}",
+                           [f"rank {r['rank']}" for r in rows], compare=False)
+        table.add("state", [Cell("left" if r["left"] else "joined") for r in rows])
+        table.add("alive", [Cell(_alive(r)) for r in rows])
+        table.add("last cell", [Cell(_last(r)) for r in rows])
+        for label in ("backend", "device", "host", "pid"):
+            table.add(label, [Cell(str(r.get(label, ""))) for r in rows])
+        display(table)
+
+    @magic_arguments()
+    @argument("--timeout", default=config.TIMEOUTS["barrier"], help="seconds to wait for the other ranks")
+    @line_magic
+    def dist_barrier(self, line: str) -> None:
+        """Wait until every rank reaches a %dist_barrier."""
+        args = parse_argstring(self.dist_barrier, line)
+        waited = self.session.barrier(_seconds("--timeout", args.timeout))
+        print(f"nbdist: all {self.session.world.world_size} ranks met (waited {waited * 1000:.1f} ms)")
+
+    @line_magic
+    def dist_destroy(self, line: str) -> None:
+        """Leave the world: destroy the process group; other ranks see it in %dist_status."""
+        if self.session.world is None:
+            print("nbdist: this notebook is not in a world")
+            return
+        self.session.leave()
+        print("nbdist: left the world (a rendezvous server hosted here keeps running)")
+
+
+def _seconds(name: str, value: Any) -> float:
+    try:
+        return config.positive_seconds(name, value)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _show_cell(world: Any, n: int, captures: list[dict[str, Any] | None]) -> None:
+    shown = [c or {"stderr": "(no result from this rank)", "wall": 0.0} for c in captures]
+    title = f"%%collective #{n} · {world.world_size} ranks" if n else "%%collective · partial results"
+    display(cell_table(title, world.ranks, shown))
+
+
+def _raise_for_errors(rank: int, ranks: list[dict[str, Any]], captures: list[dict[str, Any]]) -> None:
+    own = captures[rank].get("error")
+    if own:
+        if own.get("interrupted"):
+            raise KeyboardInterrupt
+        raise CollectiveError(f"rank {rank} raised {own['ename']}: {own['evalue']}", own["traceback"])
+    failed = [(i, c["error"]) for i, c in enumerate(captures) if c.get("error")]
+    if failed:
+        names = "; ".join(
+            f"rank {i} ({ranks[i].get('host', '?')}) raised {e['ename']}: {e['evalue']}" for i, e in failed
+        )
+        raise CollectiveError(f"{names} (traceback in its column above)")
+
+
+def _version_note(ranks: list[dict[str, Any]]) -> str:
+    notes = []
+    for key in ("torch", "nbdist"):
+        values = {str(r.get(key)) for r in ranks}
+        if len(values) > 1:
+            notes.append(f"warning: {key} versions differ between ranks ({', '.join(sorted(values))})")
+    return "; ".join(notes)
+
+
+def _alive(row: dict[str, Any]) -> str:
+    age = row["heartbeat_age"]
+    if age is None:
+        return "no heartbeat"
+    return f"{'yes' if row['alive'] else 'NO'} (heartbeat {age:.1f} s ago)"
+
+
+def _last(row: dict[str, Any]) -> str:
+    if not row["last"]:
+        return ""
+    return f"{row['last']} ({row['last_age']:.0f} s ago)"
+
+
+def current_device() -> Any:
+    """This kernel's rank device (``nbdist.get_device()``)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    magics = shell.magics_manager.registry.get(_NAME) if shell is not None else None
+    if magics is None or magics.session.world is None:
+        raise NotInitializedError("nbdist.get_device()")
+    return magics.session.device
+
+
+def bare_cell_magic_as_line(lines: list[str]) -> list[str]:
+    """Let ``%%dist_init --flags`` stand alone in a cell (IPython refuses empty cell magics)."""
+    if lines and lines[0].lstrip().startswith("%%dist_init") and not "".join(lines[1:]).strip():
+        return [lines[0].lstrip()[1:]]
+    return lines
+
+
+def load(shell: Any) -> None:
+    """Register the magics (``%load_ext nbdist``)."""
+    magics = DistMagics(shell)
+    shell.register_magics(magics)
+    if bare_cell_magic_as_line not in shell.input_transformers_cleanup:
+        shell.input_transformers_cleanup.append(bare_cell_magic_as_line)
+    atexit.register(magics.session.close)
+
+
+def unload(shell: Any) -> None:
+    """Leave the world, stop the server and threads, remove the magics (``%unload_ext``)."""
+    magics = shell.magics_manager.registry.pop(_NAME, None)
+    if magics is None:
+        return
+    magics.session.close()
+    atexit.unregister(magics.session.close)
+    shell.input_transformers_cleanup[:] = [
+        t for t in shell.input_transformers_cleanup if getattr(t, "__name__", "") != "bare_cell_magic_as_line"
+    ]
+    for kind, names in (("line", ("dist_init", "dist_status", "dist_barrier", "dist_destroy")),
+                        ("cell", ("dist_init", "collective"))):
+        for name in names:
+            shell.magics_manager.magics[kind].pop(name, None)

@@ -1,0 +1,278 @@
+"""Joining a world and meeting at barriers, over the rendezvous store.
+
+A world is formed in numbered *rounds*. Each rank claims its slot in the
+current round; the round is ready when every slot is claimed. Re-running
+``%%dist_init`` in a formed world opens the next round, and the others follow
+when they re-run theirs; a rank still in the old round learns it at its next
+wait. Store layout (under ``nbdist/``)::
+
+    round                   current round number
+    r/<r>/size              world size of the round (first joiner sets it)
+    r/<r>/rank/<i>          JSON registration of rank i
+    r/<r>/count, ready      slots claimed; set once all are
+    r/<r>/error             JSON: a reason every rank of the round must fail
+    r/<r>/last/<i>          JSON: what rank i did last
+    r/<r>/left/<i>          JSON: rank i left the world
+    hb/<session>            heartbeat counter of one kernel's session
+    r/<r>/<barrier>/...     barriers (see :meth:`World.barrier`)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import POLL_INTERVAL
+from .errors import JoinError, WaitTimeout, WorldChangedError
+from .store import StoreClient
+
+StatusCallback = Callable[[dict[str, Any]], None]
+
+
+def current_round(client: StoreClient) -> int:
+    text = client.get_if("round")
+    return int(text) if text else 0
+
+
+def is_alive(client: StoreClient, session: str, window: float = 2.5) -> bool:
+    """Whether a session's heartbeat moves within ``window`` seconds (clock-independent)."""
+    return any_alive(client, [session], window)
+
+
+@dataclass
+class World:
+    """One rank's membership of a formed round: barriers, activity, leaving."""
+
+    client: StoreClient
+    round: int
+    rank: int
+    world_size: int
+    me: dict[str, Any]
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    _counters: dict[str, int] = field(default_factory=dict)
+    _next_round_check: float = 0.0
+
+    def key(self, name: str) -> str:
+        return f"r/{self.round}/{name}"
+
+    def next_number(self, kind: str) -> int:
+        """The next sequence number of a kind of barrier (every rank counts alike)."""
+        self._counters[kind] = self._counters.get(kind, 0) + 1
+        return self._counters[kind]
+
+    def note(self, what: str, **extra: Any) -> None:
+        """Record what this rank is doing, for other ranks' timeouts and status."""
+        record = {"what": what, "t": time.time(), **extra}
+        self.client.set_json(self.key(f"last/{self.rank}"), record)
+
+    def check_world(self) -> None:
+        """Raise if this round was superseded, or failed (cheap enough for every wait slice)."""
+        now = time.monotonic()
+        if now < self._next_round_check:
+            return
+        self._next_round_check = now + 0.5
+        latest = current_round(self.client)
+        if latest != self.round:
+            raise WorldChangedError(
+                f"another notebook re-ran %%dist_init (world round {latest}, this notebook "
+                f"is in round {self.round}): re-run %%dist_init here to rejoin"
+            )
+        error = self.client.get_json_if(self.key("error"))
+        if error is not None:
+            raise JoinError(error["message"])
+
+    def barrier(self, name: str, timeout: float, label: str) -> None:
+        """Wait until every rank arrives at barrier ``name``, or fail naming who did not.
+
+        The last rank to arrive opens the barrier; a rank that gives up closes
+        it, so a late arrival fails at once instead of running alone.
+        """
+        base = self.key(name)
+        self.note(f"waiting at {label}", barrier=name)
+        arrived = self.client.add(f"{base}/n", 1)
+        if arrived >= self.world_size:
+            state = self.client.compare_set(f"{base}/state", "", "go")
+        else:
+            try:
+                self.client.wait([f"{base}/state"], timeout, on_tick=self.check_world)
+            except WaitTimeout:
+                # Close the barrier unless the last rank opened it meanwhile.
+                state = self.client.compare_set(f"{base}/state", "", f"closed by rank {self.rank}")
+                if state != "go":
+                    raise WaitTimeout(self._who_is_missing(name, timeout, label)) from None
+            state = self.client.get(f"{base}/state")
+        if state != "go":
+            raise WaitTimeout(
+                f"{label}: the other ranks stopped waiting ({state}) before this rank arrived; "
+                "run the next cell on every rank"
+            )
+
+    def _who_is_missing(self, name: str, timeout: float, label: str) -> str:
+        missing = []
+        for i in range(self.world_size):
+            last = self.client.get_json_if(self.key(f"last/{i}")) or {}
+            if last.get("barrier") == name:
+                continue
+            host = self.ranks[i].get("host", "?") if i < len(self.ranks) else "?"
+            if last:
+                ago = max(0.0, time.time() - last.get("t", time.time()))
+                did = f"last: {last.get('what', '?')}, {ago:.0f} s ago"
+            else:
+                did = "no activity recorded"
+            missing.append(f"rank {i} ({host}; {did})")
+        who = "; ".join(missing) or "none (they arrived as this rank gave up)"
+        return f"{label}: not every rank arrived within {timeout:g} s. Missing: {who}"
+
+    def leave(self) -> None:
+        """Tell the others this rank left (they see it in %dist_status)."""
+        self.client.set_json(self.key(f"left/{self.rank}"), {"t": time.time()})
+        self.note("left the world")
+
+
+def join(
+    client: StoreClient,
+    me: dict[str, Any],
+    world_size: int,
+    timeout: float,
+    on_status: StatusCallback | None = None,
+) -> World:
+    """Claim ``me["rank"]`` in the current round and wait until every rank has joined."""
+    rank = me["rank"]
+    session = me["session"]
+    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    while True:
+        r = current_round(client)
+        ready = client.check([f"r/{r}/ready"])
+        size = client.compare_set(f"r/{r}/size", "", str(world_size))
+        nonce = uuid.uuid4().hex
+        mine = json.dumps({**me, "nonce": nonce})
+        claim_text = client.compare_set(f"r/{r}/rank/{rank}", "", mine) if not ready else None
+        if ready:
+            holder = client.get_json_if(f"r/{r}/rank/{rank}")
+            if holder and holder["session"] != session and is_alive(client, holder["session"]):
+                raise _duplicate(rank, holder)
+            # A formed world: this is a re-init (or a replacement); open the next round.
+            _advance(client, r)
+            continue
+        if client.check([f"r/{r}/error"]):
+            _advance(client, r)  # a failed attempt; start afresh
+            continue
+        if int(size) != world_size:
+            if not any_alive(client, _claimants(client, r, session)):
+                _advance(client, r)  # only abandoned claims: start afresh
+                continue
+            message = (
+                f"world sizes disagree: rank {rank} ({me['host']}) says --world-size "
+                f"{world_size}, but the world being formed has {size}; use the same "
+                "--world-size in every notebook"
+            )
+            client.compare_set(f"r/{r}/error", "", json.dumps({"message": message}))
+            raise JoinError(message)
+        claim = json.loads(claim_text)
+        if claim.get("nonce") == nonce:
+            client.add(f"r/{r}/count", 1)
+            client.append(f"r/{r}/joined", f"{rank},")
+        elif claim["session"] == session:
+            client.set(f"r/{r}/rank/{rank}", mine)  # our own earlier, interrupted attempt
+        elif is_alive(client, claim["session"]):
+            raise _duplicate(rank, claim)
+        elif client.compare_set(f"r/{r}/rank/{rank}", claim_text, mine) != mine:
+            continue  # someone else replaced the stale claim first; look again
+        break
+    world = World(client, r, rank, world_size, me)
+    world.note("joining")
+    last_status = 0.0
+    while True:
+        error = client.get_json_if(f"r/{r}/error")
+        if error is not None:
+            raise JoinError(error["message"])
+        if current_round(client) != r:
+            raise WorldChangedError("the world was re-formed while this rank was joining: run %%dist_init again")
+        count = client.add(f"r/{r}/count", 0)
+        if count >= world_size:
+            client.set(f"r/{r}/ready", "1")
+            break
+        now = time.monotonic()
+        if on_status is not None and now - last_status >= 0.5:
+            last_status = now
+            on_status(_join_status(client, r, world_size, now - started))
+        if now > deadline:
+            status = _join_status(client, r, world_size, now - started)
+            missing = ", ".join(str(i) for i in status["missing"])
+            raise WaitTimeout(
+                f"not every rank joined within {timeout:g} s; missing rank(s) {missing}. "
+                "Run %%dist_init in their notebooks, or raise --timeout"
+            )
+        time.sleep(POLL_INTERVAL)
+    world.ranks = [json.loads(t) for t in client.multi_get([f"r/{r}/rank/{i}" for i in range(world_size)])]
+    if on_status is not None:
+        on_status(_join_status(client, r, world_size, time.monotonic() - started, world.ranks))
+    return world
+
+
+def _advance(client: StoreClient, r: int) -> None:
+    """Open round r+1 unless another rank already did."""
+    client.compare_set("round", str(r) if r else "", str(r + 1))
+
+
+def _claimants(client: StoreClient, r: int, exclude: str) -> list[str]:
+    sessions = [info["session"] for info in _joined(client, r).values()]
+    return [s for s in sessions if s != exclude]
+
+
+def any_alive(client: StoreClient, sessions: list[str], window: float = 2.5) -> bool:
+    """Whether any of these sessions' heartbeats moves within ``window`` seconds."""
+    if not sessions:
+        return False
+    first = {s: client.get_json_if(f"hb/{s}") for s in sessions}
+    deadline = time.monotonic() + window
+    while time.monotonic() < deadline:
+        time.sleep(POLL_INTERVAL)
+        for s in sessions:
+            now = client.get_json_if(f"hb/{s}")
+            if now is not None and first[s] is not None and now.get("n") != first[s].get("n"):
+                return True
+            if now is not None and first[s] is None:
+                return True
+    return False
+
+
+def _duplicate(rank: int, holder: dict[str, Any]) -> JoinError:
+    return JoinError(
+        f"rank {rank} is already taken by a notebook on {holder.get('host', '?')} "
+        f"(pid {holder.get('pid', '?')}); give this notebook another --rank, or run "
+        "%dist_destroy in that notebook first"
+    )
+
+
+def _joined(client: StoreClient, r: int) -> dict[int, dict[str, Any]]:
+    """Registrations of the ranks that have claimed a slot in round ``r``."""
+    text = client.get_if(f"r/{r}/joined") or ""
+    present = sorted({int(x) for x in text.split(",") if x.strip().isdigit()})
+    return {i: client.get_json(f"r/{r}/rank/{i}") for i in present}
+
+
+def _join_status(
+    client: StoreClient,
+    r: int,
+    world_size: int,
+    elapsed: float,
+    ranks: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Who has joined round ``r``, from where, and who is missing."""
+    if ranks is None:
+        infos = {i: info for i, info in _joined(client, r).items() if i < world_size}
+    else:
+        infos = dict(enumerate(ranks))
+    return {
+        "round": r,
+        "world_size": world_size,
+        "joined": infos,
+        "missing": [i for i in range(world_size) if i not in infos],
+        "elapsed": elapsed,
+    }

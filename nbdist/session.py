@@ -1,0 +1,287 @@
+"""The per-kernel state of nbdist: one :class:`Session` per kernel, owned by the magics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from . import __version__, backends, capture, rendezvous
+from .config import HEARTBEAT_INTERVAL, MAX_VALUE_BYTES, TIMEOUTS, WorldConfig, is_local_address
+from .errors import NotInitializedError, StoreConnectionError, WaitTimeout
+from .store import Server, StoreClient, _run_in_thread, connect, probe
+
+log = logging.getLogger(__name__)
+
+def _node_id() -> str:
+    """Identifies this machine, to tell which ranks share a host (and so local ranks)."""
+    try:
+        with open("/etc/machine-id") as f:
+            return f"{socket.gethostname()}/{f.read().strip()}"
+    except OSError:
+        return socket.gethostname()
+
+
+class Heartbeat:
+    """A thread that bumps this session's heartbeat counter every second."""
+
+    def __init__(self, client: StoreClient, session: str, rank: int) -> None:
+        self._client, self._key, self._rank = client, f"hb/{session}", rank
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nbdist-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            try:
+                self._client.set_json(self._key, {"n": n, "t": time.time(), "rank": self._rank})
+            except StoreConnectionError as exc:
+                log.warning("nbdist heartbeat stopped: %s", exc)
+                return
+            self._stop.wait(HEARTBEAT_INTERVAL)
+
+    def stop(self) -> None:
+        """Stop beating and remove the key; idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=2 * HEARTBEAT_INTERVAL)
+        try:
+            self._client.delete(self._key)
+        except StoreConnectionError:
+            log.debug("server gone; heartbeat key not removed")
+        self._client.close()
+
+
+class Session:
+    """One kernel's membership of a world: server, connections, heartbeat, process group."""
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self.id = uuid.uuid4().hex
+        self.server: Server | None = None
+        self.client: StoreClient | None = None
+        self.world: rendezvous.World | None = None
+        self.heartbeat: Heartbeat | None = None
+        self.choice: backends.Choice | None = None
+        self.config: WorldConfig | None = None
+        self.device: Any = None
+        self.local_rank = 0
+
+    # --- joining ------------------------------------------------------------
+    def init(self, cfg: WorldConfig, on_status: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
+        """Join (or re-join) the world described by ``cfg``; returns every rank's registration."""
+        self.leave()
+        self.config = cfg
+        self.choice = backends.choose(cfg.backend, cfg.device, 0)
+        import torch
+
+        deadline = time.monotonic() + cfg.timeout
+        self.client = self._reach_server(cfg, deadline, on_status)
+        self.heartbeat = Heartbeat(self.client.clone(), self.id, cfg.rank)
+        me = {
+            "session": self.id,
+            "rank": cfg.rank,
+            "host": socket.gethostname(),
+            "node": _node_id(),
+            "pid": os.getpid(),
+            "nbdist": __version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "backend": self.choice.backend,
+            "backend_reason": self.choice.reason,
+            "device": self.choice.device,
+            "device_chosen": cfg.device is not None,
+        }
+        remaining = max(1.0, deadline - time.monotonic())
+        self.world = rendezvous.join(self.client, me, cfg.world_size, remaining, on_status)
+        self._settle_devices()
+        self._set_environment(cfg)
+        self._init_process_group()
+        self.world.note("joined")
+        return self.world.ranks
+
+    def _reach_server(self, cfg: WorldConfig, deadline: float, on_status: Callable[[Any], None] | None) -> StoreClient:
+        host, port = cfg.master_addr, cfg.master_port
+        hosting = self.server is not None and self.server.running
+        if hosting and (self.server.host, self.server.port) != (host, port):
+            self.server.stop()
+            self.server = None
+        while True:
+            state = probe(host, port)
+            if state == "open":
+                return connect(host, port, min(TIMEOUTS["connect"], max(1.0, deadline - time.monotonic())))
+            if cfg.rank == 0 and state == "refused" and is_local_address(host):
+                try:
+                    self.server = Server(host, port)
+                except StoreConnectionError:
+                    if probe(host, port) != "open":
+                        raise
+                continue
+            if time.monotonic() > deadline:
+                raise StoreConnectionError(
+                    f"no rendezvous server at {host}:{port} ({state}) after {cfg.timeout:g} s: "
+                    "run %%dist_init for rank 0 (it starts the server), or `nbdist serve` on that host"
+                )
+            if on_status is not None:
+                on_status(f"nbdist: waiting for the rendezvous server at {host}:{port} ({state}); "
+                          "rank 0 starts it when it runs %%dist_init")
+            time.sleep(0.5)
+
+    def _settle_devices(self) -> None:
+        """Default devices follow the local rank: the index among ranks on the same host."""
+        assert self.world is not None and self.choice is not None
+        seen: dict[str, int] = {}
+        for info in self.world.ranks:
+            local = seen.get(info["node"], 0)
+            seen[info["node"]] = local + 1
+            info["local_rank"] = local
+            if not info["device_chosen"] and ":" in info["device"]:
+                info["device"] = f"{info['device'].split(':')[0]}:{local}"
+        mine = self.world.ranks[self.world.rank]
+        self.local_rank = mine["local_rank"]
+        self.choice = backends.Choice(self.choice.backend, mine["device"], self.choice.reason)
+        self.device = backends.activate(self.choice)
+
+    def _set_environment(self, cfg: WorldConfig) -> None:
+        os.environ.update({
+            "RANK": str(cfg.rank),
+            "WORLD_SIZE": str(cfg.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "MASTER_ADDR": cfg.master_addr,
+            "MASTER_PORT": str(cfg.master_port),
+        })
+
+    def _init_process_group(self) -> None:
+        import torch.distributed as dist
+
+        assert self.world is not None and self.client is not None and self.choice is not None
+        _destroy_process_group()
+        pg_store = dist.PrefixStore(f"nbdist/r/{self.world.round}/pg/", self.client.clone().raw())
+        world = self.world
+        _run_in_thread(
+            lambda: dist.init_process_group(
+                self.choice.backend,
+                store=pg_store,
+                rank=world.rank,
+                world_size=world.world_size,
+                timeout=timedelta(seconds=TIMEOUTS["process_group"]),
+            ),
+            TIMEOUTS["process_group"],
+            "initialising the process group",
+        )
+
+    # --- using the world ----------------------------------------------------
+    def require_world(self, what: str) -> rendezvous.World:
+        if self.world is None:
+            raise NotInitializedError(what)
+        return self.world
+
+    def collective(self, source: str, timeout: float) -> tuple[int, list[dict[str, Any] | None]]:
+        """Run ``source`` on this rank in lockstep with the others; returns (cell number, captures).
+
+        A capture is None for a rank whose result never arrived (see the raised error).
+        """
+        world = self.require_world("%%collective")
+        n = world.next_number("cell")
+        label = f"%%collective #{n}"
+        world.barrier(f"c/{n}/in", timeout, f"{label} (start)")
+        world.note(f"running {label}", cell=n)
+        cap = capture.run_cell(self.shell, source)
+        cap["rank"] = world.rank
+        world.client.set(world.key(f"c/{n}/out/{world.rank}"), _fit(cap))
+        keys = [world.key(f"c/{n}/out/{i}") for i in range(world.world_size)]
+        try:
+            world.barrier(f"c/{n}/out", timeout, f"{label} (end)")
+        except WaitTimeout as exc:
+            exc.captures = [world.client.get_json_if(k) for k in keys]  # type: ignore[attr-defined]
+            raise
+        return n, [json.loads(t) for t in world.client.multi_get(keys)]
+
+    def barrier(self, timeout: float) -> float:
+        """All ranks meet; returns the seconds this rank waited."""
+        world = self.require_world("%dist_barrier")
+        k = world.next_number("barrier")
+        start = time.perf_counter()
+        world.barrier(f"b/{k}", timeout, f"%dist_barrier #{k}")
+        world.note("passed %dist_barrier")
+        return time.perf_counter() - start
+
+    def status(self) -> list[dict[str, Any]]:
+        """Per-rank status: joined, alive, last activity, left."""
+        world = self.require_world("%dist_status")
+        rows = []
+        now = time.time()
+        for i, info in enumerate(world.ranks):
+            last = world.client.get_json_if(world.key(f"last/{i}")) or {}
+            beat = world.client.get_json_if(f"hb/{info['session']}")
+            left = world.client.check([world.key(f"left/{i}")])
+            age = None if beat is None else max(0.0, now - beat["t"])
+            rows.append({
+                **info,
+                "alive": beat is not None and age is not None and age < 5 * HEARTBEAT_INTERVAL,
+                "heartbeat_age": age,
+                "last": last.get("what", ""),
+                "last_age": None if not last else max(0.0, now - last["t"]),
+                "left": left,
+            })
+        return rows
+
+    # --- leaving ------------------------------------------------------------
+    def leave(self) -> None:
+        """Leave the world (others see it); keeps a hosted server running. Idempotent."""
+        if self.world is not None:
+            try:
+                self.world.leave()
+            except StoreConnectionError as exc:
+                log.info("could not tell the others this rank left: %s", exc)
+            self.world = None
+        _destroy_process_group()
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        self.device = None
+
+    def close(self) -> None:
+        """Leave, and stop the server this kernel hosts; idempotent (teardown, unload, exit)."""
+        self.leave()
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def _destroy_process_group() -> None:
+    import sys
+
+    if "torch.distributed" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _fit(cap: dict[str, Any]) -> str:
+    """The capture as JSON, shrunk below the store's value limit."""
+    text = json.dumps(cap)
+    if len(text) <= MAX_VALUE_BYTES:
+        return text
+    cap = {**cap, "displays": [{"text/plain": d.get("text/plain", "[image]")} for d in cap["displays"]]}
+    text = json.dumps(cap)
+    if len(text) <= MAX_VALUE_BYTES:
+        return text
+    cap["displays"] = [{"text/plain": f"[{len(cap['displays'])} display outputs dropped: too large]"}]
+    return json.dumps(cap)

@@ -1,0 +1,289 @@
+"""The rendezvous server and clients: torch's ``TCPStore``, reached through one choke point.
+
+Everything stored is JSON text; nothing read from the network is ever unpickled.
+Every store call goes through :meth:`StoreClient._call`, which turns torch's
+network errors into :class:`~nbdist.errors.StoreConnectionError` naming the
+server. Every wait runs in a helper thread while the calling thread waits in
+short slices, so the stop button works (TCPStore ignores SIGINT).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from . import __version__
+from .config import POLL_INTERVAL, TIMEOUTS
+from .errors import NotNbdistServerError, StoreConnectionError, WaitTimeout
+
+log = logging.getLogger(__name__)
+
+PREFIX = "nbdist/"
+MARKER_KEY = PREFIX + "server"
+
+
+def probe(host: str, port: int, timeout: float = 1.0) -> str:
+    """Is anything listening at host:port? One of "open", "refused", "timeout", "unreachable"."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except TimeoutError:
+        return "timeout"
+    except OSError:
+        return "unreachable"
+
+
+def _run_in_thread(fn: Callable[[], Any], seconds: float, what: str) -> Any:
+    """Run a blocking torch call in a daemon thread; wait in interruptible slices."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name=f"nbdist-{what}", daemon=True).start()
+    deadline = time.monotonic() + seconds
+    while not done.wait(POLL_INTERVAL):
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"{what} took longer than {seconds:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class Server:
+    """A ``TCPStore`` server bound to one address (not all interfaces)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import torch.distributed as dist
+
+        self.host, self.port = host, port
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+            sock.listen(512)
+        except OSError as exc:
+            sock.close()
+            raise StoreConnectionError(
+                f"cannot start the rendezvous server on {host}:{port}: {exc.strerror or exc}"
+            ) from exc
+        if port == 0:
+            self.port = sock.getsockname()[1]
+        # The server owns the descriptor from here on; closing it under the
+        # server would abort the process.
+        fd = sock.detach()
+        self._store = dist.TCPStore(
+            host,
+            self.port,
+            is_master=True,
+            wait_for_workers=False,
+            master_listen_fd=fd,
+            use_libuv=True,
+            timeout=timedelta(seconds=TIMEOUTS["connect"]),
+        )
+        marker = {"nbdist": __version__, "host": socket.gethostname(), "pid": os.getpid()}
+        self._store.set(MARKER_KEY, json.dumps(marker))
+
+    @property
+    def running(self) -> bool:
+        return self._store is not None
+
+    def stop(self) -> None:
+        """Stop serving; idempotent."""
+        if self._store is not None:
+            self._store = None  # dropping the last reference stops the server
+            log.debug("rendezvous server on %s:%s stopped", self.host, self.port)
+
+
+class StoreClient:
+    """One connection to the rendezvous server, with JSON helpers."""
+
+    def __init__(self, host: str, port: int, store: Any) -> None:
+        self.host, self.port = host, port
+        self._store = store
+        self._idle_waiters: list[Any] = []
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def raw(self) -> Any:
+        """The underlying ``TCPStore`` (for ``init_process_group``)."""
+        return self._store
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        import torch.distributed as dist
+
+        try:
+            return fn()
+        except dist.DistNetworkError as exc:
+            raise self._gone(what) from exc
+
+    def _gone(self, what: str) -> StoreConnectionError:
+        return StoreConnectionError(
+            f"the rendezvous server at {self.address} stopped answering ({what}); "
+            "if the notebook hosting it was closed or restarted, re-run %%dist_init "
+            "there first, then in the other notebooks"
+        )
+
+    # --- plain operations -------------------------------------------------
+    def set(self, key: str, value: str) -> None:
+        self._call("set", lambda: self._store.set(PREFIX + key, value))
+
+    def get(self, key: str) -> str:
+        return self._call("get", lambda: self._store.get(PREFIX + key)).decode()
+
+    def get_if(self, key: str) -> str | None:
+        """The value of ``key``, or None when it is not set (never waits)."""
+        if not self.check([key]):
+            return None
+        return self.get(key)
+
+    def multi_get(self, keys: Sequence[str]) -> list[str]:
+        """Values of keys that are known to exist."""
+        full = [PREFIX + k for k in keys]
+        return [v.decode() for v in self._call("multi_get", lambda: self._store.multi_get(full))]
+
+    def check(self, keys: Sequence[str]) -> bool:
+        full = [PREFIX + k for k in keys]
+        return bool(self._call("check", lambda: self._store.check(full)))
+
+    def add(self, key: str, amount: int) -> int:
+        return int(self._call("add", lambda: self._store.add(PREFIX + key, amount)))
+
+    def compare_set(self, key: str, expected: str, desired: str) -> str:
+        """Set ``key`` to ``desired`` if it holds ``expected`` ("" = unset); returns its value."""
+        out = self._call(
+            "compare_set", lambda: self._store.compare_set(PREFIX + key, expected, desired)
+        )
+        return out.decode()
+
+    def delete(self, key: str) -> None:
+        self._call("delete_key", lambda: self._store.delete_key(PREFIX + key))
+
+    def append(self, key: str, value: str) -> None:
+        self._call("append", lambda: self._store.append(PREFIX + key, value))
+
+    # --- JSON -------------------------------------------------------------
+    def set_json(self, key: str, value: Any) -> None:
+        self.set(key, json.dumps(value))
+
+    def get_json(self, key: str) -> Any:
+        return json.loads(self.get(key))
+
+    def get_json_if(self, key: str) -> Any:
+        text = self.get_if(key)
+        return None if text is None else json.loads(text)
+
+    # --- waiting ----------------------------------------------------------
+    def clone(self) -> StoreClient:
+        """A second connection to the same server (for another thread)."""
+        return StoreClient(self.host, self.port, self._call("clone", self._store.clone))
+
+    def wait(
+        self,
+        keys: Sequence[str],
+        seconds: float,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
+        """Wait until all ``keys`` are set. ``on_tick`` runs every slice and may raise.
+
+        The blocking ``TCPStore.wait`` runs on a spare connection in a helper
+        thread; this thread waits in slices, so KeyboardInterrupt and the checks
+        in ``on_tick`` end the wait promptly. A connection whose wait was
+        abandoned is not reused.
+        """
+        import torch.distributed as dist
+
+        waiter = self._idle_waiters.pop() if self._idle_waiters else self._call(
+            "clone", self._store.clone
+        )
+        full = [PREFIX + k for k in keys]
+        box: dict[str, BaseException] = {}
+        done = threading.Event()
+
+        def target() -> None:
+            try:
+                waiter.wait(full, timedelta(seconds=seconds + 5.0))
+            except BaseException as exc:  # handed to the waiting thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=target, name="nbdist-wait", daemon=True).start()
+        deadline = time.monotonic() + seconds
+        while not done.wait(POLL_INTERVAL):
+            if on_tick is not None:
+                on_tick()
+            if time.monotonic() > deadline:
+                raise WaitTimeout(f"waited {seconds:g} s for {', '.join(keys)}")
+        error = box.get("error")
+        if error is None:
+            self._idle_waiters.append(waiter)
+            return
+        if isinstance(error, dist.DistNetworkError):
+            raise self._gone("wait") from error
+        raise WaitTimeout(f"waited {seconds:g} s for {', '.join(keys)}") from error
+
+    def close(self) -> None:
+        """Drop this connection and its spare ones; idempotent."""
+        self._store = None
+        self._idle_waiters.clear()
+
+
+def connect(host: str, port: int, timeout: float = TIMEOUTS["connect"]) -> StoreClient:
+    """Connect to a server already known to listen at host:port, and check it is nbdist's."""
+    import torch.distributed as dist
+
+    def make() -> Any:
+        return dist.TCPStore(
+            host, port, is_master=False, timeout=timedelta(seconds=timeout), use_libuv=True
+        )
+
+    try:
+        store = _run_in_thread(make, timeout * 3 + 5, f"connecting to {host}:{port}")
+    except WaitTimeout as exc:
+        raise StoreConnectionError(
+            f"{host}:{port} accepted the connection but never answered like a TCPStore; "
+            "is another program using that port? try another --master-port"
+        ) from exc
+    except (dist.DistNetworkError, dist.DistStoreError) as exc:
+        raise StoreConnectionError(f"cannot connect to the rendezvous server at {host}:{port}: {exc}") from exc
+    client = StoreClient(host, port, store)
+    verify(client)
+    return client
+
+
+def verify(client: StoreClient, grace: float = 2.0) -> dict[str, Any]:
+    """Check that the server is nbdist's (its marker key); returns the marker."""
+    deadline = time.monotonic() + grace
+    while True:
+        text = client.get_if("server")
+        if text is not None:
+            try:
+                return json.loads(text)
+            except ValueError:
+                break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(POLL_INTERVAL)  # a server started a moment ago sets its marker next
+    raise NotNbdistServerError(
+        f"{client.address} answers as a TCPStore but is not an nbdist server "
+        "(perhaps a torchrun job uses that port): choose another --master-port"
+    )
