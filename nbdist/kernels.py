@@ -20,6 +20,7 @@ class Result:
     outputs: list[dict[str, Any]] = field(default_factory=list)
     user_expressions: dict[str, Any] = field(default_factory=dict)
     error: dict[str, Any] | None = None
+    payload: list[dict[str, Any]] = field(default_factory=list)
 
     def text(self) -> str:
         """All text the cell showed: streams, text/plain of results and displays, errors."""
@@ -79,7 +80,9 @@ class Kernel:
         error = None
         if content["status"] == "error":
             error = {k: content.get(k) for k in ("ename", "evalue", "traceback")}
-        return Result(content["status"], outputs, content.get("user_expressions", {}), error)
+        return Result(
+            content["status"], outputs, content.get("user_expressions", {}), error, content.get("payload", [])
+        )
 
     def interrupt(self) -> None:
         self.manager.interrupt_kernel()

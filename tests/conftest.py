@@ -1,0 +1,57 @@
+"""Fixtures: real kernels through jupyter_client, real TCP on free loopback ports."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from nbdist import kernels
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+def init_line(rank: int, world_size: int, port: int, extra: str = "") -> str:
+    return f"%%dist_init --rank {rank} --world-size {world_size} --master-addr 127.0.0.1 --master-port {port} {extra}"
+
+
+@pytest.fixture
+def start_kernels() -> Iterator[Callable[[int], list[kernels.Kernel]]]:
+    """Factory: start N kernels with nbdist loaded; all are shut down after the test."""
+    started: list[kernels.Kernel] = []
+
+    def factory(n: int) -> list[kernels.Kernel]:
+        ks = kernels.start(n)
+        started.extend(ks)
+        for r in kernels.execute_all(ks, "%load_ext nbdist", timeout=60):
+            assert r.status == "ok", r.error
+        return ks
+
+    yield factory
+    for k in reversed(started):  # rank 0 hosts the server: stop it last
+        k.shutdown()
+
+
+@pytest.fixture
+def make_world(start_kernels, port) -> Callable[[int], list[kernels.Kernel]]:
+    """Factory: N kernels that have formed a world on a free port."""
+
+    def factory(n: int) -> list[kernels.Kernel]:
+        ks = start_kernels(n)
+        results = kernels.execute_all(ks, [init_line(i, n, port) for i in range(n)], timeout=120)
+        for i, r in enumerate(results):
+            assert r.status == "ok", f"rank {i}: {r.error}"
+        return ks
+
+    return factory

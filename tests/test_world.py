@@ -1,0 +1,180 @@
+"""A world of notebooks: forming it, running collectives, seeing every rank's output."""
+
+from __future__ import annotations
+
+import ast
+import threading
+import time
+
+import pytest
+
+from nbdist import kernels
+from nbdist.demo import STEPS, expectations
+
+from .conftest import init_line
+
+ALL_REDUCE = """%%collective
+t = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(t)
+print(f"rank {RANK} sum {t.item()}")
+t.item()
+"""
+
+
+def _walkthrough(ks: list[kernels.Kernel]) -> None:
+    n = len(ks)
+    expected = expectations(n)
+    for name, code, key in STEPS:
+        results = kernels.execute_all(ks, "%%collective\n" + code, timeout=120, user_expressions={"v": "_nbdist_demo"})
+        for rank, r in enumerate(results):
+            assert r.status == "ok", f"{name} failed on rank {rank}: {r.error}"
+            value = ast.literal_eval(r.expression("v"))
+            if key == "ddp":
+                assert value[0] == 5, f"{name}: rank {rank} ran {value[0]} epochs"
+            else:
+                assert value == expected[key], f"{name}: rank {rank} got {value}"
+            # Every notebook shows every rank's column, in rank order.
+            text = r.text()
+            positions = [text.find(f"── rank {i} ") for i in range(n)]
+            assert all(p >= 0 for p in positions), f"{name}: rank {rank}'s notebook lacks a column:\n{text}"
+            assert positions == sorted(positions)
+            html = r.displays()
+            assert html and all(f"rank {i} · " in html[-1] for i in range(n))
+
+
+@pytest.mark.timeout(240)
+def test_two_notebooks_run_the_walkthrough_and_each_shows_both_ranks(make_world):
+    _walkthrough(make_world(2))
+
+
+@pytest.mark.timeout(300)
+def test_four_notebooks_run_the_walkthrough(make_world):
+    _walkthrough(make_world(4))
+
+
+@pytest.mark.timeout(120)
+def test_every_notebook_shows_every_ranks_output_side_by_side(make_world):
+    ks = make_world(2)
+    results = kernels.execute_all(ks, ALL_REDUCE, timeout=60)
+    for r in results:
+        assert r.status == "ok", r.error
+        text = r.text()
+        assert "rank 0 sum 1.0" in text and "rank 1 sum 1.0" in text
+        html = r.displays()[-1]
+        assert "rank 0 sum 1.0" in html and "rank 1 sum 1.0" in html
+        assert "differs between ranks" in html  # stdout differs (rank numbers)
+        assert "identical on all 2 ranks" in html  # Out is 1.0 on both
+
+
+@pytest.mark.timeout(180)
+def test_ranks_arriving_twenty_seconds_apart_form_a_world(start_kernels, port):
+    ks = start_kernels(2)
+    box: dict[str, kernels.Result] = {}
+    first = threading.Thread(target=lambda: box.update(r1=ks[1].execute(init_line(1, 2, port), timeout=120)))
+    t0 = time.monotonic()
+    first.start()  # rank 1 first: it must wait for rank 0's server
+    time.sleep(20)
+    r0 = ks[0].execute(init_line(0, 2, port), timeout=120)
+    first.join(timeout=120)
+    assert not first.is_alive(), "rank 1's %%dist_init never finished"
+    assert r0.status == "ok", r0.error
+    assert box["r1"].status == "ok", box["r1"].error
+    assert time.monotonic() - t0 >= 20
+    # The waiting rank showed a live status updated in place, not a growing log.
+    updates = [o for o in box["r1"].outputs if o["msg_type"] == "update_display_data"]
+    assert updates, "rank 1 showed no live status while waiting"
+    assert "world formed" in updates[-1]["content"]["data"]["text/plain"]
+    results = kernels.execute_all(ks, ALL_REDUCE, timeout=60)
+    assert all(r.status == "ok" for r in results)
+
+
+@pytest.mark.timeout(120)
+def test_an_exception_on_one_rank_fails_the_cell_on_every_rank(make_world):
+    ks = make_world(2)
+    code = "%%collective\nprint('before', RANK)\nif RANK == 1:\n    1 / 0\n'done'\n"
+    r0, r1 = kernels.execute_all(ks, code, timeout=60)
+    assert r1.status == "error" and r1.error["ename"] == "CollectiveError"
+    assert "ZeroDivisionError" in r1.error["evalue"]
+    assert r0.status == "error" and r0.error["ename"] == "CollectiveError"
+    assert "rank 1" in r0.error["evalue"] and "ZeroDivisionError" in r0.error["evalue"]
+    for r in (r0, r1):
+        text = r.text()
+        assert "before 0" in text and "before 1" in text  # what the ranks printed is still shown
+        assert "1 / 0" in text  # rank 1's traceback, in every notebook
+    # The world carries on.
+    assert all(r.status == "ok" for r in kernels.execute_all(ks, ALL_REDUCE, timeout=60))
+
+
+@pytest.mark.timeout(120)
+def test_a_duplicate_rank_is_refused_naming_the_other_host(make_world, start_kernels, port):
+    make_world(2)
+    (late,) = start_kernels(1)
+    r = late.execute(init_line(1, 2, port, "--timeout 20"), timeout=60)
+    assert r.status == "error" and r.error["ename"] == "JoinError"
+    assert "rank 1 is already taken" in r.error["evalue"] and "pid" in r.error["evalue"]
+
+
+@pytest.mark.timeout(120)
+def test_world_sizes_that_disagree_fail_on_every_rank(start_kernels, port):
+    ks = start_kernels(2)
+    box: dict[str, kernels.Result] = {}
+    t = threading.Thread(target=lambda: box.update(r0=ks[0].execute(init_line(0, 2, port), timeout=60)))
+    t.start()
+    time.sleep(3)
+    r1 = ks[1].execute(init_line(1, 3, port), timeout=60)
+    t.join(timeout=60)
+    assert r1.status == "error" and "world sizes disagree" in r1.error["evalue"]
+    assert box["r0"].status == "error" and "world sizes disagree" in box["r0"].error["evalue"]
+    # Fixed flags then form the world.
+    results = kernels.execute_all(ks, [init_line(i, 2, port) for i in range(2)], timeout=60)
+    assert all(r.status == "ok" for r in results), [r.error for r in results]
+
+
+@pytest.mark.timeout(180)
+def test_rerunning_dist_init_rejoins_and_the_others_are_told(make_world, port):
+    ks = make_world(2)
+    r0 = {}
+    t = threading.Thread(target=lambda: r0.update(r=ks[0].execute(init_line(0, 2, port), timeout=60)))
+    t.start()
+    time.sleep(2)
+    # Rank 1 has not re-run its init: its next collective is told to.
+    stale = ks[1].execute("%%collective --timeout 30\nx = 1\n", timeout=60)
+    assert stale.status == "error" and stale.error["ename"] == "WorldChangedError"
+    assert "re-run %%dist_init" in stale.error["evalue"]
+    r1 = ks[1].execute(init_line(1, 2, port), timeout=60)
+    t.join(timeout=60)
+    assert r0["r"].status == "ok" and r1.status == "ok", (r0["r"].error, r1.error)
+    assert all(r.status == "ok" for r in kernels.execute_all(ks, ALL_REDUCE, timeout=60))
+
+
+@pytest.mark.timeout(120)
+def test_status_barrier_and_destroy(make_world):
+    ks = make_world(2)
+    r = ks[0].execute("%dist_status", timeout=30)
+    assert r.status == "ok", r.error
+    text = r.text()
+    assert "rank 0" in text and "rank 1" in text and "yes (heartbeat" in text
+    results = kernels.execute_all(ks, "%dist_barrier --timeout 30", timeout=60)
+    assert all(x.status == "ok" and "all 2 ranks met" in x.text() for x in results)
+    r = ks[1].execute("%dist_destroy", timeout=30)
+    assert r.status == "ok" and "left the world" in r.text()
+    r = ks[0].execute("%dist_status", timeout=30)
+    assert "left" in r.text()
+    r = ks[1].execute("%%collective\nx = 1\n", timeout=30)
+    assert r.status == "error" and r.error["ename"] == "NotInitializedError"
+
+
+@pytest.mark.timeout(120)
+def test_a_barrier_that_runs_out_names_the_missing_rank_and_what_it_last_did(make_world):
+    ks = make_world(2)
+    r = ks[0].execute("%%collective --timeout 3\nx = 1\n", timeout=60)
+    assert r.status == "error" and r.error["ename"] == "WaitTimeout"
+    message = r.error["evalue"]
+    assert "Missing: rank 1" in message and "last: joined" in message
+    # The abandoned barrier is closed: rank 1 arriving late fails at once rather than running alone.
+    t0 = time.monotonic()
+    late = ks[1].execute("%%collective --timeout 30\nx = 1\n", timeout=60)
+    assert late.status == "error" and "stopped waiting" in late.error["evalue"]
+    assert time.monotonic() - t0 < 10
+    # The next cell works on both.
+    assert all(x.status == "ok" for x in kernels.execute_all(ks, ALL_REDUCE, timeout=60))
