@@ -153,7 +153,8 @@ def join(
         mine = json.dumps({**me, "nonce": nonce})
         claim_text = client.compare_set(f"r/{r}/rank/{rank}", "", mine) if not ready else None
         if ready:
-            holder = client.get_json_if(f"r/{r}/rank/{rank}")
+            holder_text = client.get_if(f"r/{r}/rank/{rank}")
+            holder = json.loads(holder_text) if holder_text else None
             if holder and holder["session"] != session and is_alive(client, holder["session"]):
                 raise _duplicate(rank, holder)
             # A formed world: this is a re-init (or a replacement); open the next round.
@@ -186,6 +187,26 @@ def join(
         break
     world = World(client, r, rank, world_size, me)
     world.note("joining")
+    try:
+        _wait_until_formed(client, world, timeout, deadline, started, on_status)
+    except BaseException:
+        _withdraw(client, r, rank, session)  # an interrupted or failed join must not count
+        raise
+    world.ranks = [json.loads(t) for t in client.multi_get([f"r/{r}/rank/{i}" for i in range(world_size)])]
+    if on_status is not None:
+        on_status(_join_status(client, r, world_size, time.monotonic() - started, world.ranks))
+    return world
+
+
+def _wait_until_formed(
+    client: StoreClient,
+    world: World,
+    timeout: float,
+    deadline: float,
+    started: float,
+    on_status: StatusCallback | None,
+) -> None:
+    r, world_size = world.round, world.world_size
     last_status = 0.0
     while True:
         error = client.get_json_if(f"r/{r}/error")
@@ -209,10 +230,17 @@ def join(
                 "Run %%dist_init in their notebooks, or raise --timeout"
             )
         time.sleep(POLL_INTERVAL)
-    world.ranks = [json.loads(t) for t in client.multi_get([f"r/{r}/rank/{i}" for i in range(world_size)])]
-    if on_status is not None:
-        on_status(_join_status(client, r, world_size, time.monotonic() - started, world.ranks))
-    return world
+
+
+def _withdraw(client: StoreClient, r: int, rank: int, session: str) -> None:
+    """Give back this session's slot in a round that has not formed."""
+    if client.check([f"r/{r}/ready"]):
+        return
+    key = f"r/{r}/rank/{rank}"
+    current = client.get_if(key)
+    if current and json.loads(current)["session"] == session:
+        if client.compare_set(key, current, "") == "":
+            client.add(f"r/{r}/count", -1)
 
 
 def _advance(client: StoreClient, r: int) -> None:
@@ -254,7 +282,8 @@ def _joined(client: StoreClient, r: int) -> dict[int, dict[str, Any]]:
     """Registrations of the ranks that have claimed a slot in round ``r``."""
     text = client.get_if(f"r/{r}/joined") or ""
     present = sorted({int(x) for x in text.split(",") if x.strip().isdigit()})
-    return {i: client.get_json(f"r/{r}/rank/{i}") for i in present}
+    texts = {i: client.get(f"r/{r}/rank/{i}") for i in present}
+    return {i: json.loads(t) for i, t in texts.items() if t}  # "" = a withdrawn slot
 
 
 def _join_status(

@@ -178,3 +178,25 @@ def test_a_barrier_that_runs_out_names_the_missing_rank_and_what_it_last_did(mak
     assert time.monotonic() - t0 < 10
     # The next cell works on both.
     assert all(x.status == "ok" for x in kernels.execute_all(ks, ALL_REDUCE, timeout=60))
+
+
+@pytest.mark.timeout(120)
+def test_the_stop_button_ends_a_join_and_the_slot_is_given_back(start_kernels, port):
+    ks = start_kernels(2)
+    box: dict[str, kernels.Result] = {}
+    t = threading.Thread(target=lambda: box.update(r=ks[0].execute(init_line(0, 2, port), timeout=60)))
+    t.start()
+    time.sleep(5)  # rank 0 is waiting for rank 1
+    stopped = time.monotonic()
+    ks[0].interrupt()
+    t.join(timeout=30)
+    assert not t.is_alive()
+    assert time.monotonic() - stopped < 2, "the join did not stop within 2 s"
+    assert box["r"].status == "error" and box["r"].error["ename"] == "KeyboardInterrupt"
+    # The interrupted rank 0 does not count as joined: rank 1 keeps waiting for it...
+    r1 = ks[1].execute(init_line(1, 2, port, "--timeout 4"), timeout=60)
+    assert r1.status == "error" and r1.error["ename"] == "WaitTimeout"
+    assert "missing rank(s) 0" in r1.error["evalue"]
+    # ...until both run it again.
+    results = kernels.execute_all(ks, [init_line(i, 2, port) for i in range(2)], timeout=60)
+    assert all(r.status == "ok" for r in results), [r.error for r in results]
