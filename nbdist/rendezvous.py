@@ -12,7 +12,7 @@ wait. Store layout (under ``nbdist/``)::
     r/<r>/count, ready      slots claimed; set once all are
     r/<r>/error             JSON: a reason every rank of the round must fail
     r/<r>/last/<i>          JSON: what rank i did last
-    r/<r>/left/<i>          JSON: rank i left the world
+    r/<r>/left/<i>, left_n  JSON: rank i left the world; how many left
     hb/<session>            heartbeat counter of one kernel's session
     r/<r>/<barrier>/...     barriers (see :meth:`World.barrier`)
 """
@@ -84,6 +84,13 @@ class World:
         error = self.client.get_json_if(self.key("error"))
         if error is not None:
             raise JoinError(error["message"])
+        if self.client.add(self.key("left_n"), 0) > 0:
+            gone = [i for i in range(self.world_size) if self.client.check([self.key(f"left/{i}")])]
+            names = ", ".join(f"rank {i} ({self.ranks[i].get('host', '?')})" for i in gone if i < len(self.ranks))
+            raise WorldChangedError(
+                f"{names} left the world (%dist_destroy or a closed notebook): re-run %%dist_init "
+                "in every notebook to form a new world"
+            )
 
     def barrier(self, name: str, timeout: float, label: str) -> None:
         """Wait until every rank arrives at barrier ``name``, or fail naming who did not.
@@ -130,6 +137,7 @@ class World:
     def leave(self) -> None:
         """Tell the others this rank left (they see it in %dist_status)."""
         self.client.set_json(self.key(f"left/{self.rank}"), {"t": time.time()})
+        self.client.add(self.key("left_n"), 1)
         self.note("left the world")
 
 

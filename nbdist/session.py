@@ -16,7 +16,7 @@ from typing import Any
 
 from . import __version__, backends, capture, rendezvous
 from .config import HEARTBEAT_INTERVAL, MAX_VALUE_BYTES, TIMEOUTS, WorldConfig, is_local_address
-from .errors import NotInitializedError, StoreConnectionError, WaitTimeout
+from .errors import NotInitializedError, StoreConnectionError, WaitTimeout, WorldChangedError
 from .store import Server, StoreClient, _run_in_thread, connect, probe
 
 log = logging.getLogger(__name__)
@@ -203,9 +203,10 @@ class Session:
         keys = [world.key(f"c/{n}/out/{i}") for i in range(world.world_size)]
         try:
             world.barrier(f"c/{n}/out", timeout, f"{label} (end)")
-        except WaitTimeout as exc:
+        except (WaitTimeout, WorldChangedError) as exc:
             exc.captures = [world.client.get_json_if(k) for k in keys]  # type: ignore[attr-defined]
             raise
+        world.note(f"finished {label}", cell=n)
         return n, [json.loads(t) for t in world.client.multi_get(keys)]
 
     def barrier(self, timeout: float) -> float:

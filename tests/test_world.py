@@ -162,6 +162,12 @@ def test_status_barrier_and_destroy(make_world):
     assert "left" in r.text()
     r = ks[1].execute("%%collective\nx = 1\n", timeout=30)
     assert r.status == "error" and r.error["ename"] == "NotInitializedError"
+    # Rank 0's next collective learns that rank 1 left, instead of waiting out its timeout.
+    t0 = time.monotonic()
+    r = ks[0].execute("%%collective --timeout 60\nx = 1\n", timeout=90)
+    assert r.status == "error" and r.error["ename"] == "WorldChangedError"
+    assert "rank 1" in r.error["evalue"] and "left the world" in r.error["evalue"]
+    assert time.monotonic() - t0 < 10
 
 
 @pytest.mark.timeout(120)
