@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -38,6 +39,46 @@ def _demo(args: argparse.Namespace) -> int:
     return run(args.world_size, args.port)
 
 
+def _world_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--master-addr", required=True, help="rank 0's address")
+    parser.add_argument("--master-port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    parser.add_argument("--backend", default="auto", help="auto, gloo, nccl or hccl")
+
+
+def _env(args: argparse.Namespace) -> int:
+    from . import backends, envplan, netinfo
+    from .config import validate
+    from .errors import ConfigError
+
+    try:
+        cfg = validate(rank=args.rank, world_size=args.world_size, master_addr=args.master_addr,
+                       master_port=args.master_port, backend=args.backend,
+                       env=envplan.parse_overrides(args.env), debug=args.debug)
+        backend = cfg.backend if cfg.backend != "auto" else backends.choose("auto", None, 0).backend
+        try:
+            route = netinfo.route_to(cfg.master_addr, cfg.master_port)
+        except OSError as exc:
+            raise ConfigError(f"the master address {cfg.master_addr!r} does not resolve or route: {exc}") from None
+        variables = envplan.plan(backend, route, os.environ, cfg.env, cfg.debug)
+        pg = envplan.process_group_timeout(backend, variables)
+    except ConfigError as exc:
+        print(f"nbdist env: {exc}", file=sys.stderr)
+        return 2
+    print(f"# nbdist {__version__} plan for rank {cfg.rank} of {cfg.world_size}, backend {backend}, "
+          f"master {cfg.master_addr}:{cfg.master_port}; process-group timeout {pg:g} s")
+    print("# to use in a shell: set -a; source <(nbdist env ...); set +a")
+    print(envplan.as_shell(variables))
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    checks = doctor.run(args.master_addr, args.master_port, args.backend)
+    print(doctor.report(checks))
+    return 1 if any(c.status == "FAIL" for c in checks) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nbdist", description="Jupyter notebooks as ranks of one torch world")
     parser.add_argument("--version", action="version", version=f"nbdist {__version__}")
@@ -50,6 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     serve.set_defaults(func=_serve)
+    env = sub.add_parser("env", help="print the environment plan for a rank (KEY=VALUE lines); starts nothing")
+    _world_flags(env)
+    env.add_argument("--rank", type=int, default=0)
+    env.add_argument("--world-size", type=int, default=2)
+    env.add_argument("--env", action="append", metavar="KEY=VALUE", help="an override (repeatable)")
+    env.add_argument("--debug", action="store_true", help="include the backend's debug switches")
+    env.set_defaults(func=_env)
+    doc = sub.add_parser("doctor", help="check address, route, ports, devices; one line per check")
+    _world_flags(doc)
+    doc.set_defaults(func=_doctor)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -55,7 +55,9 @@ class WorldConfig:
     backend: str = "auto"
     device: str | None = None
     timeout: float = TIMEOUTS["join"]
-    extra: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # --env KEY=VALUE overrides
+    debug: bool = False
+    pg_timeout: float | None = None
 
 
 def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -88,6 +90,9 @@ def resolve(
         backend=merged.get("backend", "auto"),
         device=merged.get("device"),
         timeout=TIMEOUTS["join"] if timeout is None else timeout,
+        env=flags.get("env") or {},
+        debug=bool(flags.get("debug")),
+        pg_timeout=flags.get("pg_timeout"),
     )
 
 
@@ -109,6 +114,9 @@ def validate(
     backend: object = "auto",
     device: object = None,
     timeout: object = TIMEOUTS["join"],
+    env: object = None,
+    debug: bool = False,
+    pg_timeout: object = None,
 ) -> WorldConfig:
     """Check every value and say which flag to fix; returns a :class:`WorldConfig`."""
     if world_size is None:
@@ -132,13 +140,9 @@ def validate(
     backend_ = str(backend).strip().lower()
     if backend_ not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-    try:
-        timeout_ = float(str(timeout))
-    except ValueError:
-        raise ConfigError(f"--timeout must be a number of seconds, not {timeout!r}") from None
-    if not timeout_ > 0:
-        raise ConfigError(f"--timeout must be positive, not {timeout_:g}")
+    timeout_ = positive_seconds("--timeout", timeout)
     device_ = None if device is None else str(device).strip()
+    pg_timeout_ = None if pg_timeout is None else positive_seconds("--pg-timeout", pg_timeout)
     return WorldConfig(
         rank=rank_,
         world_size=size,
@@ -147,6 +151,9 @@ def validate(
         backend=backend_,
         device=device_ or None,
         timeout=timeout_,
+        env=dict(env or {}),  # type: ignore[call-overload]
+        debug=debug,
+        pg_timeout=pg_timeout_,
     )
 
 

@@ -154,6 +154,7 @@ def summary_table(title: str, ranks: list[dict[str, Any]], footer: str = "") -> 
         ("python", "python"),
     ]:
         table.add(label, [Cell(str(info.get(key, ""))) for info in ranks])
+    table.add("environment", [Cell("\n".join(info.get("env", []))) for info in ranks])
     return table
 
 

@@ -10,7 +10,7 @@ from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, 
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from . import config
+from . import backends, config, doctor, envplan
 from .display import Cell, JoinStatus, Message, SideBySide, cell_table, summary_table
 from .errors import CollectiveError, ConfigError, NotInitializedError
 from .session import Session
@@ -34,6 +34,10 @@ class DistMagics(Magics):
     @argument("--backend", help="auto (default), gloo, nccl or hccl (else BACKEND)")
     @argument("--device", help="device for this rank, e.g. cpu, cuda:1, npu:0 (else DEVICE_ID)")
     @argument("--timeout", help=f"seconds to wait for every rank to join (default {config.TIMEOUTS['join']:g})")
+    @argument("--env", action="append", metavar="KEY=VALUE",
+              help="set a backend variable (repeatable); shown in the summary")
+    @argument("--debug", action="store_true", help="turn on the backend's diagnostics")
+    @argument("--pg-timeout", help="seconds before a stuck collective fails (default 300; above HCCL_EXEC_TIMEOUT)")
     @line_cell_magic
     def dist_init(self, line: str, cell: str | None = None) -> None:
         """Join this notebook to a torch.distributed world as one rank.
@@ -54,9 +58,10 @@ class DistMagics(Magics):
         flags = {
             "rank": args.rank, "world_size": args.world_size, "master_addr": args.master_addr,
             "master_port": args.master_port, "backend": args.backend, "device": args.device,
-            "timeout": args.timeout,
+            "timeout": args.timeout, "debug": args.debug, "pg_timeout": args.pg_timeout,
         }
         try:
+            flags["env"] = envplan.parse_overrides(args.env)
             cfg = config.resolve(flags, self.shell.user_ns)
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
@@ -108,6 +113,48 @@ class DistMagics(Magics):
         _show_cell(self.session.world, n, captures)
         _raise_for_errors(self.session.world.rank, self.session.world.ranks, captures)
 
+    @magic_arguments()
+    @argument("--backend", default=None, help="gloo, nccl or hccl (default: this world's, else auto)")
+    @argument("--master-addr", default=None, help="the master's address (default: this world's)")
+    @argument("--master-port", default=None, help="the master port (default: this world's, else 29500)")
+    @argument("--env", action="append", metavar="KEY=VALUE", help="an override, as with %%dist_init")
+    @argument("--debug", action="store_true", help="include the debug switches")
+    @line_magic
+    def dist_env(self, line: str) -> None:
+        """Show the environment plan (variable, value, why) for a backend on this host; changes nothing."""
+        args = parse_argstring(self.dist_env, line)
+        cfg = self.session.config
+        try:
+            master = args.master_addr or (cfg.master_addr if cfg else None)
+            if master is None:
+                raise ConfigError("pass --master-addr (or run %%dist_init first)")
+            port = args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT)
+            backend = args.backend or (self.session.choice.backend if self.session.choice else "auto")
+            planned = config.validate(rank=0, world_size=1, master_addr=master, master_port=port, backend=backend,
+                                      env=envplan.parse_overrides(args.env), debug=args.debug)
+            if planned.backend == "auto":
+                backend = backends.choose("auto", None, 0).backend
+            print(envplan.as_shell(self.session.plan_for(planned, backend)))
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+
+    @magic_arguments()
+    @argument("--master-addr", default=None, help="the master's address (default: this world's)")
+    @argument("--master-port", default=None, help="the master port (default: this world's, else 29500)")
+    @argument("--backend", default=None, help="gloo, nccl or hccl (default: this world's)")
+    @line_magic
+    def dist_doctor(self, line: str) -> None:
+        """Check what a world needs: address, route, master port, HCCL ports, devices, versions, settings."""
+        args = parse_argstring(self.dist_doctor, line)
+        cfg = self.session.config
+        master = args.master_addr or (cfg.master_addr if cfg else None)
+        if master is None:
+            raise UsageError("pass --master-addr (or run %%dist_init first)")
+        port = _port(args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT))
+        backend = args.backend or (self.session.choice.backend if self.session.choice else "auto")
+        ranks = self.session.world.ranks if self.session.world else None
+        print(doctor.report(doctor.run(master, port, backend, ranks)))
+
     @line_magic
     def dist_status(self, line: str) -> None:
         """Show every rank of this world: joined, alive, last activity, backend, device, host."""
@@ -138,6 +185,13 @@ class DistMagics(Magics):
             return
         self.session.leave()
         print("nbdist: left the world (a rendezvous server hosted here keeps running)")
+
+
+def _port(value: Any) -> int:
+    try:
+        return config.validate(rank=0, world_size=1, master_addr="x", master_port=value).master_port
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _seconds(name: str, value: Any) -> float:
@@ -226,7 +280,8 @@ def unload(shell: Any) -> None:
     shell.input_transformers_cleanup[:] = [
         t for t in shell.input_transformers_cleanup if getattr(t, "__name__", "") != "bare_cell_magic_as_line"
     ]
-    for kind, names in (("line", ("dist_init", "dist_status", "dist_barrier", "dist_destroy")),
+    for kind, names in (("line", ("dist_init", "dist_status", "dist_barrier", "dist_destroy", "dist_env",
+                                  "dist_doctor")),
                         ("cell", ("dist_init", "collective"))):
         for name in names:
             shell.magics_manager.magics[kind].pop(name, None)

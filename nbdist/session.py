@@ -14,9 +14,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from . import __version__, backends, capture, rendezvous
+from . import __version__, backends, capture, envplan, netinfo, rendezvous
 from .config import HEARTBEAT_INTERVAL, MAX_VALUE_BYTES, TIMEOUTS, WorldConfig, is_local_address
-from .errors import NotInitializedError, StoreConnectionError, WaitTimeout, WorldChangedError
+from .errors import ConfigError, JoinError, NotInitializedError, StoreConnectionError, WaitTimeout, WorldChangedError
 from .store import Server, StoreClient, _run_in_thread, connect, probe
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,9 @@ class Session:
         self.config: WorldConfig | None = None
         self.device: Any = None
         self.local_rank = 0
+        self.env_plan: list[envplan.EnvVar] = []
+        self._applied: dict[str, str] = {}  # what nbdist itself put in os.environ
+        self.pg_timeout = envplan.PG_TIMEOUT
 
     # --- joining ------------------------------------------------------------
     def init(self, cfg: WorldConfig, on_status: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
@@ -84,6 +87,7 @@ class Session:
         self.leave()
         self.config = cfg
         self.choice = backends.choose(cfg.backend, cfg.device, 0)
+        self._apply_plan(cfg)
         import torch
 
         deadline = time.monotonic() + cfg.timeout
@@ -102,14 +106,38 @@ class Session:
             "backend_reason": self.choice.reason,
             "device": self.choice.device,
             "device_chosen": cfg.device is not None,
+            "agreed": envplan.agreed_values(self.choice.backend, self.env_plan),
+            "env": [f"{v.key}={v.value}  # {v.source}" for v in self.env_plan if v.value is not None],
         }
         remaining = max(1.0, deadline - time.monotonic())
         self.world = rendezvous.join(self.client, me, cfg.world_size, remaining, on_status)
+        problems = envplan.disagreements(self.world.ranks)
+        if problems:
+            self.world = None
+            raise JoinError("; ".join(problems) + ". Use the same values in every notebook, then re-run %%dist_init")
         self._settle_devices()
         self._set_environment(cfg)
         self._init_process_group()
         self.world.note("joined")
         return self.world.ranks
+
+    def plan_for(self, cfg: WorldConfig, backend: str) -> list[envplan.EnvVar]:
+        """The environment plan for ``backend`` on this host (values nbdist set earlier are not the user's)."""
+        try:
+            route = netinfo.route_to(cfg.master_addr, cfg.master_port)
+        except OSError as exc:
+            raise ConfigError(f"the master address {cfg.master_addr!r} does not resolve or route: {exc}") from None
+        environ = {k: v for k, v in os.environ.items() if self._applied.get(k) != v}
+        return envplan.plan(backend, route, environ, cfg.env, cfg.debug)
+
+    def _apply_plan(self, cfg: WorldConfig) -> None:
+        assert self.choice is not None
+        self.env_plan = self.plan_for(cfg, self.choice.backend)
+        self.pg_timeout = envplan.process_group_timeout(self.choice.backend, self.env_plan, cfg.pg_timeout)
+        for var in self.env_plan:
+            if var.value is not None:
+                os.environ[var.key] = var.value
+                self._applied[var.key] = var.value
 
     def _reach_server(self, cfg: WorldConfig, deadline: float, on_status: Callable[[Any], None] | None) -> StoreClient:
         host, port = cfg.master_addr, cfg.master_port
@@ -175,9 +203,9 @@ class Session:
                 store=pg_store,
                 rank=world.rank,
                 world_size=world.world_size,
-                timeout=timedelta(seconds=TIMEOUTS["process_group"]),
+                timeout=timedelta(seconds=self.pg_timeout),
             ),
-            TIMEOUTS["process_group"],
+            self.pg_timeout,
             "initialising the process group",
         )
 

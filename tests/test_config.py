@@ -43,4 +43,4 @@ def test_invalid_values_name_the_flag_to_fix(flags, message):
 
 def test_loopback_is_local_and_a_documentation_address_is_not():
     assert is_local_address("127.0.0.1")
-    assert not is_local_address("192.0.2.1")  # TEST-NET-1: never assigned to a host
+    assert not is_local_address("203.0.113.1")  # TEST-NET-3: documentation only

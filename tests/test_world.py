@@ -21,6 +21,13 @@ t.item()
 """
 
 
+def _in_background(kernel: kernels.Kernel, code: str, box: dict, timeout: float = 120) -> threading.Thread:
+    """Run a cell without waiting for it; its Result lands in ``box["r"]``."""
+    t = threading.Thread(target=lambda: box.update(r=kernel.execute(code, timeout=timeout)))
+    t.start()
+    return t
+
+
 def _walkthrough(ks: list[kernels.Kernel]) -> None:
     n = len(ks)
     expected = expectations(n)
@@ -70,18 +77,17 @@ def test_every_notebook_shows_every_ranks_output_side_by_side(make_world):
 def test_ranks_arriving_twenty_seconds_apart_form_a_world(start_kernels, port):
     ks = start_kernels(2)
     box: dict[str, kernels.Result] = {}
-    first = threading.Thread(target=lambda: box.update(r1=ks[1].execute(init_line(1, 2, port), timeout=120)))
     t0 = time.monotonic()
-    first.start()  # rank 1 first: it must wait for rank 0's server
+    first = _in_background(ks[1], init_line(1, 2, port), box)  # rank 1 first: it must wait for rank 0's server
     time.sleep(20)
     r0 = ks[0].execute(init_line(0, 2, port), timeout=120)
     first.join(timeout=120)
     assert not first.is_alive(), "rank 1's %%dist_init never finished"
     assert r0.status == "ok", r0.error
-    assert box["r1"].status == "ok", box["r1"].error
+    assert box["r"].status == "ok", box["r"].error
     assert time.monotonic() - t0 >= 20
     # The waiting rank showed a live status updated in place, not a growing log.
-    updates = [o for o in box["r1"].outputs if o["msg_type"] == "update_display_data"]
+    updates = [o for o in box["r"].outputs if o["msg_type"] == "update_display_data"]
     assert updates, "rank 1 showed no live status while waiting"
     assert "world formed" in updates[-1]["content"]["data"]["text/plain"]
     results = kernels.execute_all(ks, ALL_REDUCE, timeout=60)
@@ -118,13 +124,12 @@ def test_a_duplicate_rank_is_refused_naming_the_other_host(make_world, start_ker
 def test_world_sizes_that_disagree_fail_on_every_rank(start_kernels, port):
     ks = start_kernels(2)
     box: dict[str, kernels.Result] = {}
-    t = threading.Thread(target=lambda: box.update(r0=ks[0].execute(init_line(0, 2, port), timeout=60)))
-    t.start()
+    t = _in_background(ks[0], init_line(0, 2, port), box, timeout=60)
     time.sleep(3)
     r1 = ks[1].execute(init_line(1, 3, port), timeout=60)
     t.join(timeout=60)
     assert r1.status == "error" and "world sizes disagree" in r1.error["evalue"]
-    assert box["r0"].status == "error" and "world sizes disagree" in box["r0"].error["evalue"]
+    assert box["r"].status == "error" and "world sizes disagree" in box["r"].error["evalue"]
     # Fixed flags then form the world.
     results = kernels.execute_all(ks, [init_line(i, 2, port) for i in range(2)], timeout=60)
     assert all(r.status == "ok" for r in results), [r.error for r in results]
@@ -133,9 +138,8 @@ def test_world_sizes_that_disagree_fail_on_every_rank(start_kernels, port):
 @pytest.mark.timeout(180)
 def test_rerunning_dist_init_rejoins_and_the_others_are_told(make_world, port):
     ks = make_world(2)
-    r0 = {}
-    t = threading.Thread(target=lambda: r0.update(r=ks[0].execute(init_line(0, 2, port), timeout=60)))
-    t.start()
+    r0: dict[str, kernels.Result] = {}
+    t = _in_background(ks[0], init_line(0, 2, port), r0, timeout=60)
     time.sleep(2)
     # Rank 1 has not re-run its init: its next collective is told to.
     stale = ks[1].execute("%%collective --timeout 30\nx = 1\n", timeout=60)
@@ -190,8 +194,7 @@ def test_a_barrier_that_runs_out_names_the_missing_rank_and_what_it_last_did(mak
 def test_the_stop_button_ends_a_join_and_the_slot_is_given_back(start_kernels, port):
     ks = start_kernels(2)
     box: dict[str, kernels.Result] = {}
-    t = threading.Thread(target=lambda: box.update(r=ks[0].execute(init_line(0, 2, port), timeout=60)))
-    t.start()
+    t = _in_background(ks[0], init_line(0, 2, port), box, timeout=60)
     time.sleep(5)  # rank 0 is waiting for rank 1
     stopped = time.monotonic()
     ks[0].interrupt()
