@@ -142,6 +142,7 @@ def cell_table(title: str, ranks: list[dict[str, Any]], captures: list[dict[str,
     ])
     table.add("Out", [Cell((c.get("result") or {}).get("text/plain", "")) for c in captures])
     table.add("error", [Cell((c.get("error") or {}).get("traceback", "")) for c in captures])
+    table.add("stopped by nbdist", [Cell(c.get("cancelled", "")) for c in captures])
     return table
 
 

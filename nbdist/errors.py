@@ -66,3 +66,19 @@ class CollectiveError(NbdistError, RuntimeError):
 
     def __reduce__(self):  # keep it picklable with both arguments
         return (type(self), (str(self), self.traceback_text))
+
+
+class PeerLostError(NbdistError, ConnectionError):
+    """A rank stopped responding (no heartbeat): its kernel died, hung hard, or its network went away."""
+
+
+class PeerFailedError(NbdistError, RuntimeError):
+    """Another rank failed, was interrupted, or gave up, so this rank's cell stops too."""
+
+
+class CellMismatchError(NbdistError, RuntimeError):
+    """Ranks entered %%collective with different code."""
+
+
+class CollectiveMismatchError(NbdistError, RuntimeError):
+    """Ranks issued collectives that do not match (op, shape, dtype, root...)."""

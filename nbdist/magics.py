@@ -10,9 +10,9 @@ from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, 
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from . import backends, config, doctor, envplan
+from . import backends, cells, config, doctor, envplan
 from .display import Cell, JoinStatus, Message, SideBySide, cell_table, summary_table
-from .errors import CollectiveError, ConfigError, NotInitializedError
+from .errors import ConfigError, NbdistError, NotInitializedError
 from .session import Session
 
 _NAME = "DistMagics"
@@ -92,26 +92,36 @@ class DistMagics(Magics):
     @magic_arguments()
     @argument("--timeout", default=config.TIMEOUTS["barrier"],
               help=f"seconds each barrier waits for the other ranks (default {config.TIMEOUTS['barrier']:g})")
+    @argument("--no-check", action="store_true",
+              help="do not compare each collective (op, shape, dtype, root) across ranks before it runs")
+    @argument("--allow-different", action="store_true",
+              help="allow different code on different ranks (by default such cells are refused)")
     @cell_magic
     def collective(self, line: str, cell: str) -> None:
         """Run this cell on every rank in lockstep; show every rank's output side by side.
 
-        A barrier before and after the body keeps ranks together. The table
-        has one column per rank; an exception on any rank fails the cell on
-        every rank, after the table is shown.
+        A barrier before and after the body keeps ranks together; ranks whose
+        code differs are refused before anything runs. Each torch.distributed
+        collective is compared across ranks before it runs. The table has one
+        column per rank; a failure on any rank (an exception, the stop button,
+        a rank that stopped responding) ends the cell on every rank, after the
+        table is shown. The next %%collective rebuilds the process group.
         """
         args = parse_argstring(self.collective, line)
         timeout = _seconds("--timeout", args.timeout)
         world = self.session.world
         try:
-            n, captures = self.session.collective(cell, timeout)
-        except Exception as exc:
-            partial = getattr(exc, "captures", None)
-            if partial and world is not None:
-                _show_cell(world, 0, partial)
+            outcome = self.session.collective(cell, timeout, check=not args.no_check,
+                                              same_code=not args.allow_different)
+        except (NbdistError, KeyboardInterrupt) as exc:
+            partial = getattr(exc, "outcome", None)
+            if partial is not None and world is not None:
+                _show_cell(world, partial.number, partial.captures)
             raise
-        _show_cell(self.session.world, n, captures)
-        _raise_for_errors(self.session.world.rank, self.session.world.ranks, captures)
+        _show_cell(self.session.world, outcome.number, outcome.captures)
+        error = cells.error_for(self.session.world, outcome)
+        if error is not None:
+            raise error
 
     @magic_arguments()
     @argument("--backend", default=None, help="gloo, nccl or hccl (default: this world's, else auto)")
@@ -203,22 +213,10 @@ def _seconds(name: str, value: Any) -> float:
 
 def _show_cell(world: Any, n: int, captures: list[dict[str, Any] | None]) -> None:
     shown = [c or {"stderr": "(no result from this rank)", "wall": 0.0} for c in captures]
-    title = f"%%collective #{n} · {world.world_size} ranks" if n else "%%collective · partial results"
+    title = f"%%collective #{n} · {world.world_size} ranks"
+    if any(c is None for c in captures):
+        title += " · partial: some ranks sent no result"
     display(cell_table(title, world.ranks, shown))
-
-
-def _raise_for_errors(rank: int, ranks: list[dict[str, Any]], captures: list[dict[str, Any]]) -> None:
-    own = captures[rank].get("error")
-    if own:
-        if own.get("interrupted"):
-            raise KeyboardInterrupt
-        raise CollectiveError(f"rank {rank} raised {own['ename']}: {own['evalue']}", own["traceback"])
-    failed = [(i, c["error"]) for i, c in enumerate(captures) if c.get("error")]
-    if failed:
-        names = "; ".join(
-            f"rank {i} ({ranks[i].get('host', '?')}) raised {e['ename']}: {e['evalue']}" for i, e in failed
-        )
-        raise CollectiveError(f"{names} (traceback in its column above)")
 
 
 def _version_note(ranks: list[dict[str, Any]]) -> str:

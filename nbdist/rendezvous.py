@@ -23,122 +23,19 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from .config import POLL_INTERVAL
 from .errors import JoinError, WaitTimeout, WorldChangedError
 from .store import StoreClient
+from .world import World, current_round
 
 StatusCallback = Callable[[dict[str, Any]], None]
-
-
-def current_round(client: StoreClient) -> int:
-    text = client.get_if("round")
-    return int(text) if text else 0
 
 
 def is_alive(client: StoreClient, session: str, window: float = 2.5) -> bool:
     """Whether a session's heartbeat moves within ``window`` seconds (clock-independent)."""
     return any_alive(client, [session], window)
-
-
-@dataclass
-class World:
-    """One rank's membership of a formed round: barriers, activity, leaving."""
-
-    client: StoreClient
-    round: int
-    rank: int
-    world_size: int
-    me: dict[str, Any]
-    ranks: list[dict[str, Any]] = field(default_factory=list)
-    _counters: dict[str, int] = field(default_factory=dict)
-    _next_round_check: float = 0.0
-
-    def key(self, name: str) -> str:
-        return f"r/{self.round}/{name}"
-
-    def next_number(self, kind: str) -> int:
-        """The next sequence number of a kind of barrier (every rank counts alike)."""
-        self._counters[kind] = self._counters.get(kind, 0) + 1
-        return self._counters[kind]
-
-    def note(self, what: str, **extra: Any) -> None:
-        """Record what this rank is doing, for other ranks' timeouts and status."""
-        record = {"what": what, "t": time.time(), **extra}
-        self.client.set_json(self.key(f"last/{self.rank}"), record)
-
-    def check_world(self) -> None:
-        """Raise if this round was superseded, or failed (cheap enough for every wait slice)."""
-        now = time.monotonic()
-        if now < self._next_round_check:
-            return
-        self._next_round_check = now + 0.5
-        latest = current_round(self.client)
-        if latest != self.round:
-            raise WorldChangedError(
-                f"another notebook re-ran %%dist_init (world round {latest}, this notebook "
-                f"is in round {self.round}): re-run %%dist_init here to rejoin"
-            )
-        error = self.client.get_json_if(self.key("error"))
-        if error is not None:
-            raise JoinError(error["message"])
-        if self.client.add(self.key("left_n"), 0) > 0:
-            gone = [i for i in range(self.world_size) if self.client.check([self.key(f"left/{i}")])]
-            names = ", ".join(f"rank {i} ({self.ranks[i].get('host', '?')})" for i in gone if i < len(self.ranks))
-            raise WorldChangedError(
-                f"{names} left the world (%dist_destroy or a closed notebook): re-run %%dist_init "
-                "in every notebook to form a new world"
-            )
-
-    def barrier(self, name: str, timeout: float, label: str) -> None:
-        """Wait until every rank arrives at barrier ``name``, or fail naming who did not.
-
-        The last rank to arrive opens the barrier; a rank that gives up closes
-        it, so a late arrival fails at once instead of running alone.
-        """
-        base = self.key(name)
-        self.note(f"waiting at {label}", barrier=name)
-        arrived = self.client.add(f"{base}/n", 1)
-        if arrived >= self.world_size:
-            state = self.client.compare_set(f"{base}/state", "", "go")
-        else:
-            try:
-                self.client.wait([f"{base}/state"], timeout, on_tick=self.check_world)
-            except WaitTimeout:
-                # Close the barrier unless the last rank opened it meanwhile.
-                state = self.client.compare_set(f"{base}/state", "", f"closed by rank {self.rank}")
-                if state != "go":
-                    raise WaitTimeout(self._who_is_missing(name, timeout, label)) from None
-            state = self.client.get(f"{base}/state")
-        if state != "go":
-            raise WaitTimeout(
-                f"{label}: the other ranks stopped waiting ({state}) before this rank arrived; "
-                "run the next cell on every rank"
-            )
-
-    def _who_is_missing(self, name: str, timeout: float, label: str) -> str:
-        missing = []
-        for i in range(self.world_size):
-            last = self.client.get_json_if(self.key(f"last/{i}")) or {}
-            if last.get("barrier") == name:
-                continue
-            host = self.ranks[i].get("host", "?") if i < len(self.ranks) else "?"
-            if last:
-                ago = max(0.0, time.time() - last.get("t", time.time()))
-                did = f"last: {last.get('what', '?')}, {ago:.0f} s ago"
-            else:
-                did = "no activity recorded"
-            missing.append(f"rank {i} ({host}; {did})")
-        who = "; ".join(missing) or "none (they arrived as this rank gave up)"
-        return f"{label}: not every rank arrived within {timeout:g} s. Missing: {who}"
-
-    def leave(self) -> None:
-        """Tell the others this rank left (they see it in %dist_status)."""
-        self.client.set_json(self.key(f"left/{self.rank}"), {"t": time.time()})
-        self.client.add(self.key("left_n"), 1)
-        self.note("left the world")
 
 
 def join(
@@ -163,9 +60,15 @@ def join(
         if ready:
             holder_text = client.get_if(f"r/{r}/rank/{rank}")
             holder = json.loads(holder_text) if holder_text else None
-            if holder and holder["session"] != session and is_alive(client, holder["session"]):
-                raise _duplicate(rank, holder)
-            # A formed world: this is a re-init (or a replacement); open the next round.
+            if holder and holder["session"] != session:
+                if is_alive(client, holder["session"]):
+                    raise _duplicate(rank, holder)
+                if int(size) == world_size and any_alive(client, _claimants(client, r, holder["session"])):
+                    world = _replace(client, r, rank, world_size, me, holder_text)
+                    if world is not None:
+                        return world
+                    continue
+            # A formed world re-initialised by one of its ranks: open the next round.
             _advance(client, r)
             continue
         if client.check([f"r/{r}/error"]):
@@ -203,6 +106,26 @@ def join(
     world.ranks = [json.loads(t) for t in client.multi_get([f"r/{r}/rank/{i}" for i in range(world_size)])]
     if on_status is not None:
         on_status(_join_status(client, r, world_size, time.monotonic() - started, world.ranks))
+    return world
+
+
+def _replace(
+    client: StoreClient, r: int, rank: int, world_size: int, me: dict[str, Any], holder_text: str
+) -> World | None:
+    """Take the slot of a rank that stopped responding in a formed world (its kernel restarted).
+
+    The others keep their round; the process group is rebuilt by every rank
+    at the next %%collective (a new generation). None if another notebook
+    took the slot first.
+    """
+    mine = json.dumps({**me, "nonce": uuid.uuid4().hex})
+    if client.compare_set(f"r/{r}/rank/{rank}", holder_text, mine) != mine:
+        return None
+    world = World(client, r, rank, world_size, me)
+    world.bump_generation(world.store_generation())
+    world.enter_generation(world.store_generation())
+    world.note("rejoined (replacing a rank that stopped responding)")
+    world.replaced = json.loads(holder_text)
     return world
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import platform
@@ -11,13 +10,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
-from . import __version__, backends, capture, envplan, netinfo, rendezvous
-from .config import HEARTBEAT_INTERVAL, MAX_VALUE_BYTES, TIMEOUTS, WorldConfig, is_local_address
-from .errors import ConfigError, JoinError, NotInitializedError, StoreConnectionError, WaitTimeout, WorldChangedError
+from . import __version__, backends, cells, envplan, netinfo, rendezvous
+from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig, is_local_address
+from .errors import ConfigError, JoinError, NotInitializedError, StoreConnectionError
+from .procgroup import ProcessGroup, destroy_default
 from .store import Server, StoreClient, _run_in_thread, connect, probe
+from .world import World
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,8 @@ class Session:
         self.id = uuid.uuid4().hex
         self.server: Server | None = None
         self.client: StoreClient | None = None
-        self.world: rendezvous.World | None = None
+        self.world: World | None = None
+        self._watch_client: StoreClient | None = None
         self.heartbeat: Heartbeat | None = None
         self.choice: backends.Choice | None = None
         self.config: WorldConfig | None = None
@@ -92,7 +93,8 @@ class Session:
 
         deadline = time.monotonic() + cfg.timeout
         self.client = self._reach_server(cfg, deadline, on_status)
-        self.heartbeat = Heartbeat(self.client.clone(), self.id, cfg.rank)
+        self.heartbeat = Heartbeat(self.client.clone(op_timeout=5.0), self.id, cfg.rank)
+        self._watch_client = self.client.clone(op_timeout=5.0)
         me = {
             "session": self.id,
             "rank": cfg.rank,
@@ -117,7 +119,9 @@ class Session:
             raise JoinError("; ".join(problems) + ". Use the same values in every notebook, then re-run %%dist_init")
         self._settle_devices()
         self._set_environment(cfg)
-        self._init_process_group()
+        if self.world.replaced is None:
+            self.world.gen = self.world.store_generation()
+            self.ensure_process_group()
         self.world.note("joined")
         return self.world.ranks
 
@@ -190,59 +194,55 @@ class Session:
             "MASTER_PORT": str(cfg.master_port),
         })
 
-    def _init_process_group(self) -> None:
-        import torch.distributed as dist
-
-        assert self.world is not None and self.client is not None and self.choice is not None
-        _destroy_process_group()
-        pg_store = dist.PrefixStore(f"nbdist/r/{self.world.round}/pg/", self.client.clone().raw())
+    def ensure_process_group(self) -> None:
+        """Build this generation's process group if there is none (every rank does it at the same point)."""
         world = self.world
-        _run_in_thread(
-            lambda: dist.init_process_group(
-                self.choice.backend,
-                store=pg_store,
-                rank=world.rank,
-                world_size=world.world_size,
-                timeout=timedelta(seconds=self.pg_timeout),
-            ),
-            self.pg_timeout,
-            "initialising the process group",
-        )
+        assert world is not None and self.client is not None and self.choice is not None
+        if world.pg is not None:
+            return
+        destroy_default()
+        store = self.client.clone().raw()
+        prefix = f"nbdist/r/{world.round}/pg/{world.gen}/"
+        master = (netinfo.resolve(self.client.host), self.client.port)
+
+        def build() -> ProcessGroup:
+            return ProcessGroup(self.choice.backend, store, prefix, world.rank, world.world_size,
+                                self.pg_timeout, exclude_peer=master)
+
+        world.pg = _run_in_thread(build, self.pg_timeout, "initialising the process group")
+
+    def _sync_generation(self, world: World) -> None:
+        """Follow the world to a new generation: drop the old process group, renumber, re-read ranks."""
+        gen = world.store_generation()
+        if gen == world.gen:
+            return
+        if world.pg is not None:
+            world.pg.cut()
+            world.pg.destroy()
+            world.pg = None
+        world.enter_generation(gen)
 
     # --- using the world ----------------------------------------------------
-    def require_world(self, what: str) -> rendezvous.World:
+    def require_world(self, what: str) -> World:
         if self.world is None:
             raise NotInitializedError(what)
         return self.world
 
-    def collective(self, source: str, timeout: float) -> tuple[int, list[dict[str, Any] | None]]:
-        """Run ``source`` on this rank in lockstep with the others; returns (cell number, captures).
-
-        A capture is None for a rank whose result never arrived (see the raised error).
-        """
+    def collective(self, source: str, timeout: float, check: bool = True, same_code: bool = True) -> cells.Outcome:
+        """Run ``source`` on this rank in lockstep with the others; see :mod:`nbdist.cells`."""
         world = self.require_world("%%collective")
-        n = world.next_number("cell")
-        label = f"%%collective #{n}"
-        world.barrier(f"c/{n}/in", timeout, f"{label} (start)")
-        world.note(f"running {label}", cell=n)
-        cap = capture.run_cell(self.shell, source)
-        cap["rank"] = world.rank
-        world.client.set(world.key(f"c/{n}/out/{world.rank}"), _fit(cap))
-        keys = [world.key(f"c/{n}/out/{i}") for i in range(world.world_size)]
-        try:
-            world.barrier(f"c/{n}/out", timeout, f"{label} (end)")
-        except (WaitTimeout, WorldChangedError) as exc:
-            exc.captures = [world.client.get_json_if(k) for k in keys]  # type: ignore[attr-defined]
-            raise
-        world.note(f"finished {label}", cell=n)
-        return n, [json.loads(t) for t in world.client.multi_get(keys)]
+        assert self._watch_client is not None
+        self._sync_generation(world)
+        return cells.run(world, self.shell, source, timeout, self._watch_client, self.ensure_process_group,
+                         check=check, same_code=same_code)
 
     def barrier(self, timeout: float) -> float:
         """All ranks meet; returns the seconds this rank waited."""
         world = self.require_world("%dist_barrier")
-        k = world.next_number("barrier")
+        self._sync_generation(world)
+        k, name = world.next_name("barrier")
         start = time.perf_counter()
-        world.barrier(f"b/{k}", timeout, f"%dist_barrier #{k}")
+        world.barrier(name, timeout, f"%dist_barrier #{k}")
         world.note("passed %dist_barrier")
         return time.perf_counter() - start
 
@@ -274,8 +274,13 @@ class Session:
                 self.world.leave()
             except StoreConnectionError as exc:
                 log.info("could not tell the others this rank left: %s", exc)
+            if self.world.pg is not None:
+                self.world.pg.cut()  # nothing may still wait on it, or destroying it would hang
             self.world = None
-        _destroy_process_group()
+        destroy_default()
+        if self._watch_client is not None:
+            self._watch_client.close()
+            self._watch_client = None
         if self.heartbeat is not None:
             self.heartbeat.stop()
             self.heartbeat = None
@@ -290,27 +295,3 @@ class Session:
         if self.server is not None:
             self.server.stop()
             self.server = None
-
-
-def _destroy_process_group() -> None:
-    import sys
-
-    if "torch.distributed" not in sys.modules:
-        return
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def _fit(cap: dict[str, Any]) -> str:
-    """The capture as JSON, shrunk below the store's value limit."""
-    text = json.dumps(cap)
-    if len(text) <= MAX_VALUE_BYTES:
-        return text
-    cap = {**cap, "displays": [{"text/plain": d.get("text/plain", "[image]")} for d in cap["displays"]]}
-    text = json.dumps(cap)
-    if len(text) <= MAX_VALUE_BYTES:
-        return text
-    cap["displays"] = [{"text/plain": f"[{len(cap['displays'])} display outputs dropped: too large]"}]
-    return json.dumps(cap)

@@ -23,6 +23,8 @@ from . import __version__
 from .config import POLL_INTERVAL, TIMEOUTS
 from .errors import NotNbdistServerError, StoreConnectionError, WaitTimeout
 
+OP_TIMEOUT = 10.0  # seconds a single store operation may take before the server counts as unreachable
+
 log = logging.getLogger(__name__)
 
 PREFIX = "nbdist/"
@@ -134,6 +136,8 @@ class StoreClient:
             return fn()
         except dist.DistNetworkError as exc:
             raise self._gone(what) from exc
+        except dist.DistStoreError as exc:  # an operation (not a wait) that timed out: the link is gone
+            raise self._gone(what) from exc
 
     def _gone(self, what: str) -> StoreConnectionError:
         return StoreConnectionError(
@@ -192,9 +196,11 @@ class StoreClient:
         return None if text is None else json.loads(text)
 
     # --- waiting ----------------------------------------------------------
-    def clone(self) -> StoreClient:
+    def clone(self, op_timeout: float = OP_TIMEOUT) -> StoreClient:
         """A second connection to the same server (for another thread)."""
-        return StoreClient(self.host, self.port, self._call("clone", self._store.clone))
+        store = self._call("clone", self._store.clone)
+        store.set_timeout(timedelta(seconds=op_timeout))
+        return StoreClient(self.host, self.port, store)
 
     def wait(
         self,
@@ -265,6 +271,7 @@ def connect(host: str, port: int, timeout: float = TIMEOUTS["connect"]) -> Store
         ) from exc
     except (dist.DistNetworkError, dist.DistStoreError) as exc:
         raise StoreConnectionError(f"cannot connect to the rendezvous server at {host}:{port}: {exc}") from exc
+    store.set_timeout(timedelta(seconds=OP_TIMEOUT))
     client = StoreClient(host, port, store)
     verify(client)
     return client

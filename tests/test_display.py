@@ -71,7 +71,7 @@ def test_short_output_is_not_truncated():
 
 
 def test_a_capture_of_megabytes_fits_the_store():
-    from nbdist.session import _fit
+    from nbdist.cells import fit as _fit
 
     huge = {"text/plain": "x", "image/png": "A" * (6 * 1024 * 1024)}
     text = _fit({**_cap("out"), "displays": [huge]})

@@ -1,0 +1,211 @@
+"""A formed world, seen from one rank: barriers, liveness of the others, generations.
+
+The process group of a round is rebuilt whenever it fails (a rank raised, was
+interrupted, died and was replaced): each rebuild is a *generation*, counted
+in ``r/<r>/gen``. Barriers and cells are numbered within a generation, so a
+replacement rank starts counting where everyone else restarts too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import HEARTBEAT_INTERVAL
+from .errors import JoinError, PeerFailedError, PeerLostError, WaitTimeout, WorldChangedError
+from .store import StoreClient, StoreConnectionError
+
+DEAD_AFTER = 5 * HEARTBEAT_INTERVAL  # seconds without a heartbeat before a rank counts as gone
+
+
+def current_round(client: StoreClient) -> int:
+    text = client.get_if("round")
+    return int(text) if text else 0
+
+
+class PeerTracker:
+    """Which other ranks' heartbeats have stopped moving, by this rank's own clock."""
+
+    def __init__(self, ranks: list[dict[str, Any]], me: int) -> None:
+        self._peers = {i: r["session"] for i, r in enumerate(ranks) if i != me}
+        self._seen: dict[int, tuple[Any, float]] = {}
+
+    def dead(self, client: StoreClient) -> list[tuple[int, float]]:
+        """(rank, seconds since its heartbeat last moved) of the ranks that look gone."""
+        now = time.monotonic()
+        gone = []
+        for i, session in self._peers.items():
+            beat = client.get_json_if(f"hb/{session}")
+            n = None if beat is None else beat.get("n")
+            last_n, since = self._seen.get(i, (n, now))
+            if n != last_n or i not in self._seen:
+                since = now
+            self._seen[i] = (n, since)
+            if now - since > DEAD_AFTER:
+                gone.append((i, now - since))
+        return gone
+
+
+@dataclass
+class World:
+    """One rank's membership of a formed round."""
+
+    client: StoreClient
+    round: int
+    rank: int
+    world_size: int
+    me: dict[str, Any]
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    gen: int = 0
+    replaced: dict[str, Any] | None = None  # the registration this rank took over, if any
+    pg: Any = None  # the ProcessGroup of the current generation, once built
+    _counters: dict[str, int] = field(default_factory=dict)
+    _next_round_check: float = 0.0
+    _next_peer_check: float = 0.0
+    _tracker: PeerTracker | None = None
+
+    def key(self, name: str) -> str:
+        return f"r/{self.round}/{name}"
+
+    def describe(self, i: int) -> str:
+        info = self.ranks[i] if i < len(self.ranks) else {}
+        return f"rank {i} ({info.get('host', '?')}, pid {info.get('pid', '?')})"
+
+    # --- generations -----------------------------------------------------
+    def store_generation(self) -> int:
+        text = self.client.get_if(self.key("gen"))
+        return int(text) if text else 0
+
+    def bump_generation(self, seen: int) -> None:
+        """Ask every rank to rebuild the process group at its next cell (once per failure)."""
+        self.client.compare_set(self.key("gen"), str(seen) if seen else "", str(seen + 1))
+
+    def enter_generation(self, gen: int) -> None:
+        """Restart numbering for ``gen`` and re-read the registrations (a rank may have been replaced)."""
+        self.gen = gen
+        self._counters.clear()
+        keys = [self.key(f"rank/{i}") for i in range(self.world_size)]
+        self.ranks = [json.loads(t) for t in self.client.multi_get(keys)]
+        self._tracker = None
+
+    def next_name(self, kind: str) -> tuple[int, str]:
+        """(number, store name) of the next barrier of a kind; every rank counts alike."""
+        n = self._counters.get(kind, 0) + 1
+        self._counters[kind] = n
+        return n, f"g{self.gen}/{kind}/{n}"
+
+    # --- activity and health ----------------------------------------------
+    def note(self, what: str, **extra: Any) -> None:
+        """Record what this rank is doing, for other ranks' timeouts and status."""
+        self.client.set_json(self.key(f"last/{self.rank}"), {"what": what, "t": time.time(), **extra})
+
+    def check_world(self) -> None:
+        """Raise if this round was superseded or failed, or a rank left (for every wait slice)."""
+        now = time.monotonic()
+        if now < self._next_round_check:
+            return
+        self._next_round_check = now + 0.5
+        latest = current_round(self.client)
+        if latest != self.round:
+            raise WorldChangedError(
+                f"another notebook re-ran %%dist_init (world round {latest}, this notebook "
+                f"is in round {self.round}): re-run %%dist_init here to rejoin"
+            )
+        error = self.client.get_json_if(self.key("error"))
+        if error is not None:
+            raise JoinError(error["message"])
+        if self.client.add(self.key("left_n"), 0) > 0:
+            gone = [i for i in range(self.world_size) if self.client.check([self.key(f"left/{i}")])]
+            names = ", ".join(self.describe(i) for i in gone)
+            raise WorldChangedError(
+                f"{names} left the world (%dist_destroy or a closed notebook): re-run %%dist_init "
+                "in every notebook to form a new world"
+            )
+
+    def check_peers(self, client: StoreClient | None = None) -> None:
+        """Raise :class:`PeerLostError` if another rank's heartbeat stopped (checked once a second)."""
+        now = time.monotonic()
+        if now < self._next_peer_check:
+            return
+        self._next_peer_check = now + HEARTBEAT_INTERVAL
+        if self._tracker is None:
+            self._tracker = PeerTracker(self.ranks, self.rank)
+        dead = self._tracker.dead(client or self.client)
+        if dead:
+            raise self.lost(dead)
+
+    def lost(self, dead: list[tuple[int, float]]) -> PeerLostError:
+        who = "; ".join(f"{self.describe(i)} stopped responding (no heartbeat for {s:.0f} s)" for i, s in dead)
+        return PeerLostError(
+            f"{who}. If its kernel died or restarted, run %load_ext nbdist and its %%dist_init there again: "
+            "this notebook carries on at its next %%collective"
+        )
+
+    # --- barriers -----------------------------------------------------------
+    def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None) -> None:
+        """Wait until every rank arrives at barrier ``name``, or fail naming who did not.
+
+        The last rank to arrive opens the barrier. A rank that stops waiting
+        (timeout, interrupt, a lost peer) closes it with its reason, so the
+        ranks still waiting fail with that reason and a late one fails at once.
+        """
+        base = self.key(name)
+        self.note(f"waiting at {label}", barrier=name)
+        if self.client.add(f"{base}/n", 1) >= self.world_size:
+            state = self.client.compare_set(f"{base}/state", "", "go")
+        else:
+            state = self._wait_open(base, name, timeout, label, on_tick)
+        if state != "go":
+            raise PeerFailedError(f"{label}: {state}; run the next cell on every rank")
+
+    def _wait_open(self, base: str, name: str, timeout: float, label: str,
+                   on_tick: Callable[[], None] | None) -> str:
+        def tick() -> None:
+            self.check_world()
+            self.check_peers()
+            if on_tick is not None:
+                on_tick()
+
+        try:
+            self.client.wait([f"{base}/state"], timeout, on_tick=tick)
+        except WaitTimeout:
+            if self._close(base, "gave up waiting") != "go":
+                raise WaitTimeout(self._who_is_missing(name, timeout, label)) from None
+        except KeyboardInterrupt:
+            self._close(base, "interrupted its cell")
+            raise
+        except Exception as exc:
+            self._close(base, f"stopped waiting: {exc}")
+            raise
+        return self.client.get(f"{base}/state")
+
+    def _close(self, base: str, reason: str) -> str:
+        """Close an open barrier with a reason; returns its state ("go" if it opened meanwhile)."""
+        try:
+            return self.client.compare_set(f"{base}/state", "", f"{self.describe(self.rank)} {reason}")
+        except StoreConnectionError:  # the store itself is gone: nobody to tell
+            return ""
+
+    def _who_is_missing(self, name: str, timeout: float, label: str) -> str:
+        missing = []
+        for i in range(self.world_size):
+            last = self.client.get_json_if(self.key(f"last/{i}")) or {}
+            if last.get("barrier") == name:
+                continue
+            if last:
+                ago = max(0.0, time.time() - last.get("t", time.time()))
+                did = f"last: {last.get('what', '?')}, {ago:.0f} s ago"
+            else:
+                did = "no activity recorded"
+            missing.append(f"{self.describe(i)}; {did}")
+        who = "; ".join(missing) or "none (they arrived as this rank gave up)"
+        return f"{label}: not every rank arrived within {timeout:g} s. Missing: {who}"
+
+    def leave(self) -> None:
+        """Tell the others this rank left (they see it in %dist_status)."""
+        self.client.set_json(self.key(f"left/{self.rank}"), {"t": time.time()})
+        self.client.add(self.key("left_n"), 1)
+        self.note("left the world")

@@ -1,0 +1,158 @@
+"""A world across two hosts: kernels in two network namespaces on a bridge (see tests/netns.py).
+
+Both hostnames resolve to 127.0.0.1, as on many cloud notebooks: nbdist must still pick
+each host's real interface, and the doctor must say so.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+
+import pytest
+
+from nbdist import kernels
+
+from .netns import TwoHosts, Unsupported
+from .netns import two_hosts as two_hosts  # the fixture
+
+NBDIST = [sys.executable, "-m", "nbdist.cli"]
+
+
+def master_port() -> int:
+    """Any port: the namespaces are fresh, so nothing listens there."""
+    return 29500 + secrets.randbelow(1000)
+
+
+def summary(result: kernels.Result) -> str:
+    """The text of the world summary %%dist_init showed last (not the live join status)."""
+    texts = [o["content"]["data"].get("text/plain", "") for o in result.outputs if o["msg_type"] == "display_data"]
+    found = [t for t in texts if t.startswith("nbdist world")]
+    assert found, result.text()
+    return found[-1]
+
+
+def plan_lines(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if not line.startswith("#")]
+
+
+@pytest.mark.timeout(300)
+def test_a_world_forms_across_two_hosts_and_all_reduce_crosses_them(two_hosts: TwoHosts):
+    a, b = two_hosts.a, two_hosts.b
+    port = master_port()
+    ka, kb = two_hosts.start_kernels()
+    for r in kernels.execute_all([ka, kb], "%load_ext nbdist\nimport os, socket", timeout=60):
+        assert r.status == "ok", r.error
+    # Each host calls itself by its own name, and that name resolves to loopback.
+    for k, host in ((ka, a), (kb, b)):
+        assert k.expression("socket.gethostname()") == repr(host.hostname)
+        assert k.expression("socket.gethostbyname(socket.gethostname())") == "'127.0.0.1'"
+
+    line = f"%%dist_init --world-size 2 --master-addr {a.addr} --master-port {port} --timeout 90"
+    results = kernels.execute_all([ka, kb], [f"{line} --rank 0", f"{line} --rank 1"], timeout=150)
+    for k, r in zip((ka, kb), results, strict=True):
+        assert r.status == "ok", f"{k.host.hostname}: {r.error}\n{k.log()[-3000:]}"
+        text = summary(r)
+        assert "hostA" in text and "hostB" in text, text
+    for k, host in ((ka, a), (kb, b)):
+        ifname = k.expression("os.environ['GLOO_SOCKET_IFNAME']")
+        assert ifname == repr(host.ifname), f"{host.hostname}: {ifname}"
+
+    cell = ("%%collective\n"
+            "t = torch.tensor([float(RANK)])\n"
+            "dist.all_reduce(t)\n"
+            "names = [None] * WORLD_SIZE\n"
+            "dist.all_gather_object(names, socket.gethostname())\n")
+    for k, r in zip((ka, kb), kernels.execute_all([ka, kb], cell, timeout=120), strict=True):
+        assert r.status == "ok", f"{k.host.hostname}: {r.error}"
+    for k in (ka, kb):
+        # 0 + 1: rank 0 alone would have 0.0; the names show both directions crossed the bridge.
+        assert k.expression("t.item()") == "1.0"
+        assert k.expression("names") == "['hostA', 'hostB']"
+        assert k.expression("dist.get_backend()") == "'gloo'"
+
+    for k in (kb, ka):
+        assert k.execute("%dist_destroy", timeout=60).status == "ok"
+
+
+@pytest.mark.timeout(120)
+def test_nbdist_env_on_host_b_shows_host_bs_address_as_hccl_if_ip(two_hosts: TwoHosts):
+    a, b = two_hosts.a, two_hosts.b
+    args = [*NBDIST, "env", "--backend", "hccl", "--world-size", "2", "--master-addr", a.addr]
+    on_b = b.run([*args, "--rank", "1"])
+    assert on_b.returncode == 0, on_b.stderr
+    assert f"HCCL_IF_IP={b.addr}" in plan_lines(on_b.stdout), on_b.stdout
+    assert f"{b.ifname} ({b.addr})" in on_b.stdout  # the reason names the interface that routes to A
+
+    on_a = a.run([*args, "--rank", "0"])
+    assert on_a.returncode == 0, on_a.stderr
+    assert f"HCCL_IF_IP={a.addr}" in plan_lines(on_a.stdout), on_a.stdout
+    assert "this host is the master" in on_a.stdout
+
+
+def doctor_on(host, master, port: int) -> tuple[int, str, float]:
+    t0 = time.monotonic()
+    proc = host.run([*NBDIST, "doctor", "--master-addr", master.addr, "--master-port", str(port)], timeout=60)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stdout, time.monotonic() - t0
+
+
+def line_with(text: str, start: str) -> str:
+    found = [line for line in text.splitlines() if start in line]
+    assert len(found) == 1, text
+    return found[0]
+
+
+@pytest.mark.timeout(120)
+def test_the_doctor_on_host_b_reports_a_master_port_where_nothing_listens(two_hosts: TwoHosts):
+    a, b = two_hosts.a, two_hosts.b
+    port = master_port()
+    code, out, seconds = doctor_on(b, a, port)
+    assert code == 1, out
+    assert seconds < 30
+    check = line_with(out, f"TCP to {a.addr}:{port}")
+    assert "FAIL" in check and "connection refused" in check, check
+    assert f"reached via {b.ifname} ({b.addr})" in line_with(out, "master address")
+
+
+@pytest.mark.timeout(120)
+def test_the_doctor_on_host_b_reports_no_answer_when_a_firewall_on_a_drops_the_port(two_hosts: TwoHosts):
+    """iptables (or tc) on A when this machine has them; else a blackhole route on A, which looks the same to B."""
+    a, b = two_hosts.a, two_hosts.b
+    port = master_port()
+    try:
+        how = a.drop_tcp_port(port)
+    except Unsupported as exc:  # no netfilter: A's answers to B vanish instead, which B cannot tell apart
+        how = f"blackhole route on A to B ({exc})"
+        a.blackhole_replies_to(b)
+    code, out, seconds = doctor_on(b, a, port)
+    assert code == 1, out
+    assert seconds < 30, f"{seconds:.1f} s"
+    check = line_with(out, f"TCP to {a.addr}:{port}")
+    assert "FAIL" in check and "no answer" in check, f"{how}: {check}"
+
+
+@pytest.mark.timeout(120)
+def test_both_hostnames_resolve_to_loopback_and_the_doctor_on_host_b_warns_about_it(two_hosts: TwoHosts):
+    code = "import socket; n = socket.gethostname(); print(n, socket.gethostbyname(n))"
+    for host in two_hosts.hosts:
+        proc = host.python(code)
+        assert proc.stdout.split() == [host.hostname, "127.0.0.1"], proc.stderr
+    _, out, _ = doctor_on(two_hosts.b, two_hosts.a, master_port())
+    warning = line_with(out, "hostname:")
+    assert warning.startswith("[warn]") and "hostB resolves to a loopback address" in warning, warning
+
+
+@pytest.mark.timeout(120)
+def test_a_host_whose_link_is_down_gets_no_answer_and_is_reachable_again_after_link_up(two_hosts: TwoHosts):
+    a, b = two_hosts.a, two_hosts.b
+    probe = f"from nbdist.store import probe; print(probe({a.addr!r}, 29400, 2.0))"
+    assert b.python(probe).stdout.strip() == "refused"
+    a.link_down()
+    assert b.python(probe).stdout.strip() in ("timeout", "unreachable")
+    a.link_up()
+    deadline = time.monotonic() + 20
+    while (state := b.python(probe).stdout.strip()) != "refused":
+        assert time.monotonic() < deadline, state
+        time.sleep(0.5)
