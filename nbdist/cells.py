@@ -97,23 +97,26 @@ def run(
     cap["rank"] = world.rank
     if watch.interrupted and cap["error"] is not None:
         cap["error"]["interrupted"] = True
-    if watch.reason is not None:
-        cap["cancelled"] = watch.reason.get("message", "")
-    elif cap["error"] is not None:
+    reason = watch.reason
+    if reason is None and cap["error"] is not None:
         error = cap["error"]
         kind = "interrupted" if error.get("interrupted") else "error"
         message = (f"{world.describe(world.rank)} interrupted its cell" if kind == "interrupted"
                    else f"{world.describe(world.rank)} raised {error['ename']}: {error['evalue']}")
-        publish_failure(world.client, world, cell, {"rank": world.rank, "kind": kind, "message": message})
+        first = publish_failure(world.client, world, cell, {"rank": world.rank, "kind": kind, "message": message})
+        if first["rank"] != world.rank:
+            reason = first  # another rank failed first; this rank's error followed from it
+    if reason is not None:
+        cap["cancelled"] = reason.get("message", "")
     world.client.set(world.key(f"{cell}/out/{world.rank}"), fit(cap))
     keys = [world.key(f"{cell}/out/{i}") for i in range(world.world_size)]
     try:
         world.barrier(f"{cell}/out", timeout, f"{label} (end)")
     except (NbdistError, KeyboardInterrupt) as exc:
-        exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in keys], watch.reason)  # type: ignore[attr-defined]
+        exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in keys], reason)  # type: ignore[attr-defined]
         raise
     world.note(f"finished {label}", cell=n)
-    return Outcome(n, [json.loads(t) for t in world.client.multi_get(keys)], watch.reason)
+    return Outcome(n, [json.loads(t) for t in world.client.multi_get(keys)], reason)
 
 
 def fit(cap: dict[str, Any], limit: int | None = None) -> str:

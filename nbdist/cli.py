@@ -15,7 +15,7 @@ from .config import DEFAULT_PORT
 def _serve(args: argparse.Namespace) -> int:
     from .store import Server
 
-    server = Server(args.host, args.port)
+    server = Server(args.host, args.port, token=args.token or os.environ.get("NBDIST_TOKEN") or None)
     print(f"nbdist {__version__}: rendezvous server on {server.host}:{server.port} (Ctrl-C stops it)", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run a standalone rendezvous server")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--token", default=None, help="a shared secret ranks must present (else NBDIST_TOKEN)")
     serve.set_defaults(func=_serve)
     env = sub.add_parser("env", help="print the environment plan for a rank (KEY=VALUE lines); starts nothing")
     _world_flags(env)

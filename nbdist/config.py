@@ -41,6 +41,7 @@ _SOURCES = {
     "master_port": "MASTER_PORT",
     "device": "DEVICE_ID",
     "backend": "BACKEND",
+    "token": "NBDIST_TOKEN",
 }
 
 
@@ -58,6 +59,7 @@ class WorldConfig:
     env: dict[str, str] = field(default_factory=dict)  # --env KEY=VALUE overrides
     debug: bool = False
     pg_timeout: float | None = None
+    token: str | None = field(default=None, repr=False)
 
 
 def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -93,6 +95,7 @@ def resolve(
         env=flags.get("env") or {},
         debug=bool(flags.get("debug")),
         pg_timeout=flags.get("pg_timeout"),
+        token=merged.get("token"),
     )
 
 
@@ -117,6 +120,7 @@ def validate(
     env: object = None,
     debug: bool = False,
     pg_timeout: object = None,
+    token: object = None,
 ) -> WorldConfig:
     """Check every value and say which flag to fix; returns a :class:`WorldConfig`."""
     if world_size is None:
@@ -154,6 +158,7 @@ def validate(
         env=dict(env or {}),  # type: ignore[call-overload]
         debug=debug,
         pg_timeout=pg_timeout_,
+        token=None if token in (None, "") else str(token),
     )
 
 

@@ -6,7 +6,6 @@ short timeout, so the whole run takes seconds and never hangs.
 
 from __future__ import annotations
 
-import glob
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -31,33 +30,6 @@ class Check:
     def __str__(self) -> str:
         fix = f" → {self.fix}" if self.fix else ""
         return f"[{self.status:^4}] {self.name}: {self.detail}{fix}"
-
-
-def port_holder(port: int) -> str | None:
-    """'pid N: command line' of the local process listening on ``port``, if this host can tell."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{fields[9]}]")
-    if not inodes:
-        return None
-    for fd in glob.glob("/proc/[0-9]*/fd/*"):
-        try:
-            if os.readlink(fd) in inodes:
-                pid = fd.split("/")[2]
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-                return f"pid {pid}: {cmd}"
-        except OSError:
-            continue
-    return "a process this user cannot see"
 
 
 def _server_check(host: str, port: int, local: bool) -> Check:
@@ -86,7 +58,7 @@ def _server_check(host: str, port: int, local: bool) -> Check:
 
 
 def _local_port_check(port: int) -> Check:
-    holder = port_holder(port)
+    holder = netinfo.port_holder(port)
     if holder is None:
         return Check(f"local port {port}", "ok", "free")
     return Check(f"local port {port}", "info", f"in use by {holder}",

@@ -38,6 +38,7 @@ class DistMagics(Magics):
               help="set a backend variable (repeatable); shown in the summary")
     @argument("--debug", action="store_true", help="turn on the backend's diagnostics")
     @argument("--pg-timeout", help="seconds before a stuck collective fails (default 300; above HCCL_EXEC_TIMEOUT)")
+    @argument("--token", help="a shared secret every rank must present to join (else NBDIST_TOKEN)")
     @line_cell_magic
     def dist_init(self, line: str, cell: str | None = None) -> None:
         """Join this notebook to a torch.distributed world as one rank.
@@ -58,7 +59,7 @@ class DistMagics(Magics):
         flags = {
             "rank": args.rank, "world_size": args.world_size, "master_addr": args.master_addr,
             "master_port": args.master_port, "backend": args.backend, "device": args.device,
-            "timeout": args.timeout, "debug": args.debug, "pg_timeout": args.pg_timeout,
+            "timeout": args.timeout, "debug": args.debug, "pg_timeout": args.pg_timeout, "token": args.token,
         }
         try:
             flags["env"] = envplan.parse_overrides(args.env)

@@ -7,7 +7,9 @@ socket, which only asks the kernel's routing table.
 from __future__ import annotations
 
 import fcntl
+import glob
 import ipaddress
+import os
 import socket
 import struct
 from dataclasses import dataclass
@@ -65,3 +67,30 @@ def hostname_is_loopback() -> bool:
         return ipaddress.ip_address(resolve(socket.gethostname())).is_loopback
     except (OSError, ValueError):
         return False
+
+
+def port_holder(port: int) -> str | None:
+    """'pid N: command line' of the local process listening on ``port``, if this host can tell."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for fd in glob.glob("/proc/[0-9]*/fd/*"):
+        try:
+            if os.readlink(fd) in inodes:
+                pid = fd.split("/")[2]
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                return f"pid {pid}: {cmd}"
+        except OSError:
+            continue
+    return "a process this user cannot see"

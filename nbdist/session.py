@@ -30,6 +30,15 @@ def _node_id() -> str:
         return socket.gethostname()
 
 
+_UNREACHABLE = {
+    "refused": "connection to {addr} refused: nothing listens there. Run %%dist_init for rank 0 first "
+               "(it starts the server), or `nbdist serve` on that host; check --master-addr/--master-port",
+    "timeout": "no answer from {addr}: packets are dropped (a firewall or security group?). "
+               "Open that TCP port on the master's host, or check --master-addr",
+    "unreachable": "no route to {addr}: check --master-addr and this host's network",
+}
+
+
 class Heartbeat:
     """A thread that bumps this session's heartbeat counter every second."""
 
@@ -149,25 +158,28 @@ class Session:
         if hosting and (self.server.host, self.server.port) != (host, port):
             self.server.stop()
             self.server = None
+        local = is_local_address(host)
         while True:
             state = probe(host, port)
             if state == "open":
-                return connect(host, port, min(TIMEOUTS["connect"], max(1.0, deadline - time.monotonic())))
-            if cfg.rank == 0 and state == "refused" and is_local_address(host):
+                holder = None
+                if local and not (self.server is not None and self.server.running):
+                    holder = netinfo.port_holder(port)
+                connect_timeout = min(TIMEOUTS["connect"], max(1.0, deadline - time.monotonic()))
+                return connect(host, port, connect_timeout, token=cfg.token, holder=holder)
+            if cfg.rank == 0 and state == "refused" and local:
                 try:
-                    self.server = Server(host, port)
+                    self.server = Server(host, port, token=cfg.token)
                 except StoreConnectionError:
                     if probe(host, port) != "open":
                         raise
                 continue
             if time.monotonic() > deadline:
-                raise StoreConnectionError(
-                    f"no rendezvous server at {host}:{port} ({state}) after {cfg.timeout:g} s: "
-                    "run %%dist_init for rank 0 (it starts the server), or `nbdist serve` on that host"
-                )
+                raise StoreConnectionError(f"{_UNREACHABLE[state].format(addr=f'{host}:{port}')} "
+                                           f"(waited {cfg.timeout:g} s)")
             if on_status is not None:
-                on_status(f"nbdist: waiting for the rendezvous server at {host}:{port} ({state}); "
-                          "rank 0 starts it when it runs %%dist_init")
+                on_status(f"nbdist: waiting for the rendezvous server at {host}:{port}: {state}. "
+                          "Rank 0 starts it when it runs %%dist_init")
             time.sleep(0.5)
 
     def _settle_devices(self) -> None:

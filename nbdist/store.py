@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from . import __version__
+from . import __version__, auth
 from .config import POLL_INTERVAL, TIMEOUTS
 from .errors import NotNbdistServerError, StoreConnectionError, WaitTimeout
 
@@ -70,7 +70,7 @@ def _run_in_thread(fn: Callable[[], Any], seconds: float, what: str) -> Any:
 class Server:
     """A ``TCPStore`` server bound to one address (not all interfaces)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, token: str | None = None) -> None:
         import torch.distributed as dist
 
         self.host, self.port = host, port
@@ -99,7 +99,8 @@ class Server:
             use_libuv=True,
             timeout=timedelta(seconds=TIMEOUTS["connect"]),
         )
-        marker = {"nbdist": __version__, "host": socket.gethostname(), "pid": os.getpid()}
+        marker = {"nbdist": __version__, "host": socket.gethostname(), "pid": os.getpid(),
+                  "auth": auth.record(token)}
         self._store.set(MARKER_KEY, json.dumps(marker))
 
     @property
@@ -253,8 +254,17 @@ class StoreClient:
         self._idle_waiters.clear()
 
 
-def connect(host: str, port: int, timeout: float = TIMEOUTS["connect"]) -> StoreClient:
-    """Connect to a server already known to listen at host:port, and check it is nbdist's."""
+# A TCPStore answers its handshake in milliseconds, but a slow reverse-DNS lookup
+# of the peer can stall a connect by ~5 s; anything slower is not a TCPStore.
+HANDSHAKE_TIMEOUT = 15.0
+
+
+def connect(host: str, port: int, timeout: float = TIMEOUTS["connect"], token: str | None = None,
+            holder: str | None = None) -> StoreClient:
+    """Connect to a server already known to listen at host:port; check it is nbdist's and the token.
+
+    ``holder`` describes the local process on that port, if known, for the error message.
+    """
     import torch.distributed as dist
 
     def make() -> Any:
@@ -262,18 +272,23 @@ def connect(host: str, port: int, timeout: float = TIMEOUTS["connect"]) -> Store
             host, port, is_master=False, timeout=timedelta(seconds=timeout), use_libuv=True
         )
 
+    on_port = f" (held by {holder})" if holder else ""
     try:
-        store = _run_in_thread(make, timeout * 3 + 5, f"connecting to {host}:{port}")
+        store = _run_in_thread(make, min(timeout, HANDSHAKE_TIMEOUT), f"connecting to {host}:{port}")
     except WaitTimeout as exc:
-        raise StoreConnectionError(
-            f"{host}:{port} accepted the connection but never answered like a TCPStore; "
-            "is another program using that port? try another --master-port"
+        raise NotNbdistServerError(
+            f"{host}:{port}{on_port} accepts connections but does not answer like an nbdist server; "
+            "another program uses that port: choose another --master-port"
         ) from exc
     except (dist.DistNetworkError, dist.DistStoreError) as exc:
-        raise StoreConnectionError(f"cannot connect to the rendezvous server at {host}:{port}: {exc}") from exc
+        raise NotNbdistServerError(
+            f"{host}:{port}{on_port} is not an nbdist server ({str(exc).splitlines()[0]}); "
+            "choose another --master-port"
+        ) from exc
     store.set_timeout(timedelta(seconds=OP_TIMEOUT))
     client = StoreClient(host, port, store)
-    verify(client)
+    marker = verify(client)
+    auth.check(marker, token, client.address)
     return client
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -55,3 +57,26 @@ def make_world(start_kernels, port) -> Callable[[int], list[kernels.Kernel]]:
         return ks
 
     return factory
+
+
+@pytest.fixture
+def record_fault(request) -> Callable[[str, float], None]:
+    """Record a measured time-to-error (seconds) in pytest's cache, for the README's fault table."""
+
+    def record(name: str, seconds: float) -> None:
+        request.config.cache.set(f"nbdist/fault/{name}", round(seconds, 2))
+
+    return record
+
+
+def run_in_background(kernel: kernels.Kernel, code: str, timeout: float = 120) -> tuple[threading.Thread, dict]:
+    """Start a cell without waiting; its Result lands in ``box["r"]`` and its end time in ``box["t"]``."""
+    box: dict = {}
+
+    def target() -> None:
+        box["r"] = kernel.execute(code, timeout=timeout)
+        box["t"] = time.monotonic()
+
+    t = threading.Thread(target=target)
+    t.start()
+    return t, box

@@ -1,0 +1,270 @@
+"""Never a silent hang: each fault injected for real into real kernels, with time to error measured."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nbdist import kernels
+from nbdist.store import probe
+
+from .conftest import init_line, run_in_background
+
+ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()\n"
+
+
+def _ok_everywhere(ks, expect: str = "2.0") -> None:
+    for r in kernels.execute_all(ks, ALL_REDUCE, timeout=90):
+        assert r.status == "ok", r.error
+        assert expect in r.text()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("flags", ["", "--no-check"], ids=["checked", "unchecked"])
+def test_a_peer_that_raises_before_its_all_reduce_ends_the_waiting_rank_within_10s(
+        make_world, record_fault, flags):
+    ks = make_world(2)
+    code = (f"%%collective --timeout 60 {flags}\nimport time\nif RANK == 1:\n    time.sleep(1)\n"
+            "    raise ValueError('rank 1 broke')\nt = torch.ones(2)\ndist.all_reduce(t)\n")
+    t0 = time.monotonic()
+    r0, r1 = kernels.execute_all(ks, code, timeout=90)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 10, f"took {elapsed:.1f} s"
+    record_fault(f"peer raises ({flags or 'checked'})", elapsed)
+    assert r1.status == "error" and "ValueError" in r1.error["evalue"]
+    assert r0.status == "error", r0.error
+    assert "rank 1" in r0.error["evalue"] and "ValueError: rank 1 broke" in r0.error["evalue"]
+    assert "raise ValueError('rank 1 broke')" in r0.text()  # rank 1's traceback, in rank 0's table
+    _ok_everywhere(ks)  # the next cell works, without %%dist_init
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_kernel_is_named_within_10s_and_its_restart_rejoins_without_the_others_rerunning(
+        make_world, start_kernels, port, record_fault):
+    ks = make_world(2)
+    pid1 = ks[1].execute("import os; os.getpid()").text().strip()
+    code = ("%%collective --timeout 60\nimport time\nif RANK == 1:\n    time.sleep(60)\n"
+            "t = torch.ones(1)\ndist.all_reduce(t)\n")
+    t0, box0 = run_in_background(ks[0], code)
+    t1, _ = run_in_background(ks[1], code)
+    time.sleep(2)
+    killed = time.monotonic()
+    os.kill(int(pid1), signal.SIGKILL)
+    t0.join(timeout=60)
+    assert "r" in box0, "rank 0's cell never ended"
+    elapsed = box0["t"] - killed
+    record_fault("peer kernel killed mid-cell", elapsed)
+    assert elapsed < 10, f"took {elapsed:.1f} s"
+    r0 = box0["r"]
+    assert r0.status == "error"
+    assert "rank 1 (" in r0.error["evalue"] and f"pid {pid1}) stopped responding" in r0.error["evalue"]
+    t1.join(timeout=30)
+    # Rank 1's notebook restarts: a new kernel runs %load_ext and its %%dist_init again...
+    (fresh,) = start_kernels(1)
+    r = fresh.execute(init_line(1, 2, port), timeout=60)
+    assert r.status == "ok", r.error
+    # ...and rank 0 carries on at its next %%collective without re-running anything.
+    _ok_everywhere([ks[0], fresh])
+
+
+@pytest.mark.timeout(240)
+def test_when_the_server_notebook_dies_the_others_learn_within_5s_and_one_init_each_recovers(
+        make_world, start_kernels, port, record_fault):
+    ks = make_world(2)
+    pid0 = ks[0].execute("import os; os.getpid()").text().strip()
+    t1, box1 = run_in_background(ks[1], "%%collective --timeout 120\nx = 1\n")
+    time.sleep(2)  # rank 1 waits for rank 0 at the barrier
+    killed = time.monotonic()
+    os.kill(int(pid0), signal.SIGKILL)
+    t1.join(timeout=60)
+    elapsed = box1["t"] - killed
+    record_fault("server notebook killed", elapsed)
+    assert elapsed < 5, f"took {elapsed:.1f} s"
+    r1 = box1["r"]
+    assert r1.status == "error" and r1.error["ename"] == "StoreConnectionError"
+    assert f"127.0.0.1:{port}" in r1.error["evalue"] and "re-run %%dist_init" in r1.error["evalue"]
+    (fresh0,) = start_kernels(1)
+    results = kernels.execute_all([fresh0, ks[1]], [init_line(0, 2, port), init_line(1, 2, port)], timeout=90)
+    assert all(r.status == "ok" for r in results), [r.error for r in results]
+    _ok_everywhere([fresh0, ks[1]])
+
+
+@pytest.mark.timeout(180)
+def test_the_stop_button_at_a_barrier_ends_the_cell_within_2s_and_the_others_are_told(make_world, record_fault):
+    ks = make_world(2)
+    t0, box0 = run_in_background(ks[0], "%%collective --timeout 60\nx = 1\n")
+    time.sleep(2)
+    pressed = time.monotonic()
+    ks[0].interrupt()
+    t0.join(timeout=30)
+    elapsed = box0["t"] - pressed
+    record_fault("stop button at a barrier", elapsed)
+    assert elapsed < 2 and box0["r"].error["ename"] == "KeyboardInterrupt"
+    r1 = ks[1].execute("%%collective --timeout 60\nx = 1\n", timeout=60)
+    assert r1.status == "error" and "rank 0" in r1.error["evalue"] and "interrupted its cell" in r1.error["evalue"]
+    _ok_everywhere(ks)
+
+
+@pytest.mark.timeout(180)
+def test_the_stop_button_in_a_hung_collective_ends_the_cell_within_2s_on_every_rank(make_world, record_fault):
+    ks = make_world(2)
+    # Mismatched collectives with checking off: a real gloo hang on both ranks.
+    code = ("%%collective --timeout 60 --no-check\nt = torch.ones(4)\nif RANK == 0:\n    dist.all_reduce(t)\n"
+            "else:\n    dist.broadcast(t, src=1)\n")
+    t0, box0 = run_in_background(ks[0], code)
+    t1, box1 = run_in_background(ks[1], code)
+    time.sleep(3)
+    assert "r" not in box0 and "r" not in box1, "the collectives did not hang"
+    pressed = time.monotonic()
+    ks[0].interrupt()
+    t0.join(timeout=30)
+    t1.join(timeout=30)
+    elapsed = box0["t"] - pressed
+    record_fault("stop button in a hung collective", elapsed)
+    assert elapsed < 2, f"took {elapsed:.1f} s"
+    assert box0["r"].error["ename"] == "KeyboardInterrupt"
+    assert box1["t"] - pressed < 5
+    assert box1["r"].status == "error" and "rank 0" in box1["r"].error["evalue"]
+    assert "interrupted its cell" in box1["r"].error["evalue"]
+    _ok_everywhere(ks)
+
+
+@pytest.mark.timeout(120)
+def test_cells_with_different_code_are_refused_on_every_rank_with_a_diff(make_world):
+    ks = make_world(2)
+    results = kernels.execute_all(ks, ["%%collective\nx = 1\n", "%%collective\nx = 2\n"], timeout=60)
+    for r in results:
+        assert r.status == "error" and r.error["ename"] == "CellMismatchError"
+        message = r.error["evalue"]
+        assert "rank(s) 0 ran version 1; rank(s) 1 ran version 2" in message
+        assert "-x = 1" in message and "+x = 2" in message and "nothing ran" in message
+    assert all("False" in r.text() for r in kernels.execute_all(ks, "'x' in globals()"))
+    results = kernels.execute_all(ks, ["%%collective --allow-different\nx = 1\nx\n",
+                                       "%%collective --allow-different\nx = 2\nx\n"], timeout=60)
+    assert all(r.status == "ok" for r in results)
+    _ok_everywhere(ks)
+
+
+@pytest.mark.timeout(120)
+def test_collectives_that_differ_in_shape_fail_on_every_rank_naming_the_field(make_world, record_fault):
+    ks = make_world(2)
+    t0 = time.monotonic()
+    results = kernels.execute_all(ks, "%%collective\nt = torch.ones(2 + RANK)\ndist.all_reduce(t)\n", timeout=60)
+    record_fault("all_reduce shapes differ", time.monotonic() - t0)
+    for r in results:
+        assert r.status == "error", r.error
+        assert "collective #1 of this cell does not match" in r.error["evalue"]
+        assert "tensor differs" in r.error["evalue"]
+        assert "'shape': [2]" in r.error["evalue"] and "'shape': [3]" in r.error["evalue"]
+    # A rank that issues a collective the other never issues is named too.
+    results = kernels.execute_all(ks, "%%collective\nif RANK == 0:\n    dist.all_reduce(torch.ones(1))\n", timeout=60)
+    assert "finished this cell after 0 collective(s)" in results[0].error["evalue"]
+    _ok_everywhere(ks)
+
+
+@pytest.mark.timeout(120)
+def test_no_check_leaves_torch_distributed_untouched(make_world):
+    ks = make_world(2)
+    probe_code = "dist.all_reduce is dist.distributed_c10d.all_reduce"
+    checked = kernels.execute_all(ks, f"%%collective\n{probe_code}\n", timeout=60)
+    unchecked = kernels.execute_all(ks, f"%%collective --no-check\n{probe_code}\n", timeout=60)
+    assert all("Out: False" in r.text() for r in checked)
+    assert all("Out: True" in r.text() for r in unchecked)
+
+
+@pytest.mark.timeout(120)
+def test_megabytes_of_output_never_block_and_are_truncated_with_a_note(make_world):
+    ks = make_world(2)
+    code = ("%%collective\nimport sys\nif RANK == 0:\n    for i in range(50_000):\n        print('x' * 100)\n"
+            "        print('warning', i, file=sys.stderr)\nprint('done', RANK)\n")
+    for r in kernels.execute_all(ks, code, timeout=90):
+        assert r.status == "ok", r.error
+        text = r.text()
+        assert "output truncated" in text and "done 0" in text and "done 1" in text
+
+
+@pytest.mark.timeout(120)
+def test_rank_output_is_escaped_in_the_table(make_world):
+    ks = make_world(2)
+    code = "%%collective\nprint('<script>alert(1)</script><img src=x onerror=alert(2)>')\n"
+    for r in kernels.execute_all(ks, code, timeout=60):
+        html = r.displays()[-1]
+        assert "<script>" not in html and "<img src=x" not in html
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+@pytest.mark.timeout(120)
+def test_the_server_binds_to_the_master_address_only(start_kernels, port):
+    (k,) = start_kernels(1)
+    r = k.execute(init_line(0, 1, port).replace("127.0.0.1", "127.0.0.2"), timeout=60)
+    assert r.status == "ok", r.error
+    assert probe("127.0.0.2", port) == "open"
+    assert probe("127.0.0.1", port) == "refused"
+
+
+@pytest.mark.timeout(180)
+def test_a_token_is_required_when_the_world_has_one(start_kernels, port):
+    ks = start_kernels(2)
+    t0, box0 = run_in_background(ks[0], init_line(0, 2, port, "--token s3cret"))
+    time.sleep(3)
+    r = ks[1].execute(init_line(1, 2, port, "--timeout 20"), timeout=60)
+    assert r.status == "error" and "needs a token" in r.error["evalue"]
+    r = ks[1].execute(init_line(1, 2, port, "--timeout 20 --token guess"), timeout=60)
+    assert r.status == "error" and "wrong token" in r.error["evalue"]
+    ks[1].execute("import os; os.environ['NBDIST_TOKEN'] = 's3cret'", timeout=30)
+    r = ks[1].execute(init_line(1, 2, port), timeout=60)
+    t0.join(timeout=60)
+    assert r.status == "ok" and box0["r"].status == "ok", (r.error, box0["r"].error)
+
+
+@pytest.mark.timeout(120)
+def test_a_master_port_held_by_another_program_names_it(start_kernels, port, record_fault):
+    holder = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
+                               f"s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(120)  # port-holder"])
+    try:
+        while probe("127.0.0.1", port, 0.5) != "open":
+            time.sleep(0.1)
+        (k,) = start_kernels(1)
+        t0 = time.monotonic()
+        r = k.execute(init_line(0, 2, port), timeout=90)
+        record_fault("master port held by another program", time.monotonic() - t0)
+        assert r.status == "error" and r.error["ename"] == "NotNbdistServerError"
+        assert f"held by pid {holder.pid}" in r.error["evalue"] and "port-holder" in r.error["evalue"]
+        assert "another --master-port" in r.error["evalue"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.timeout(120)
+def test_a_non_nbdist_service_on_the_port_is_refused_clearly(start_kernels, port, record_fault):
+    service = subprocess.Popen([sys.executable, "-c", "import socket; s = socket.socket(); "
+                                f"s.bind(('127.0.0.1', {port})); s.listen()\nwhile True:\n"
+                                "    c, _ = s.accept(); c.sendall(b'HTTP/1.0 400 Bad Request\\r\\n\\r\\n'); c.close()"])
+    try:
+        while probe("127.0.0.1", port, 0.5) != "open":
+            time.sleep(0.1)
+        (k,) = start_kernels(1)
+        t0 = time.monotonic()
+        r = k.execute(init_line(1, 2, port), timeout=90)
+        record_fault("a non-nbdist service on the port", time.monotonic() - t0)
+        assert r.status == "error" and r.error["ename"] == "NotNbdistServerError", r.error
+        assert "another --master-port" in r.error["evalue"]
+    finally:
+        service.kill()
+        service.wait()
+
+
+@pytest.mark.timeout(60)
+def test_a_master_that_refuses_connections_is_reported_as_refused(start_kernels, port, record_fault):
+    (k,) = start_kernels(1)
+    t0 = time.monotonic()
+    r = k.execute(init_line(1, 2, port, "--timeout 3"), timeout=60)
+    record_fault("master refuses (nothing listens), --timeout 3", time.monotonic() - t0)
+    assert r.status == "error" and r.error["ename"] == "StoreConnectionError"
+    assert f"connection to 127.0.0.1:{port} refused" in r.error["evalue"]
