@@ -7,6 +7,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from jupyter_client.manager import KernelManager
@@ -21,6 +22,7 @@ class Result:
     user_expressions: dict[str, Any] = field(default_factory=dict)
     error: dict[str, Any] | None = None
     payload: list[dict[str, Any]] = field(default_factory=list)
+    finished: datetime | None = None  # when the kernel sent its reply, by the kernel's clock
 
     def text(self) -> str:
         """All text the cell showed: streams, text/plain of results and displays, errors."""
@@ -51,6 +53,25 @@ class Result:
         return value["data"]["text/plain"]
 
 
+def execute(client: Any, code: str, timeout: float = 120, user_expressions: dict[str, str] | None = None) -> Result:
+    """Run ``code`` through a blocking kernel client and collect what it showed."""
+    outputs: list[dict[str, Any]] = []
+
+    def hook(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] in ("stream", "display_data", "execute_result", "error", "update_display_data"):
+            outputs.append({"msg_type": msg["msg_type"], "content": msg["content"]})
+
+    reply = client.execute_interactive(
+        code, timeout=timeout, output_hook=hook, user_expressions=user_expressions or {}, allow_stdin=False
+    )
+    content = reply["content"]
+    error = None
+    if content["status"] == "error":
+        error = {k: content.get(k) for k in ("ename", "evalue", "traceback")}
+    return Result(content["status"], outputs, content.get("user_expressions", {}), error,
+                  content.get("payload", []), reply["header"].get("date"))
+
+
 class Kernel:
     """One IPython kernel with a blocking client."""
 
@@ -66,23 +87,7 @@ class Kernel:
         self, code: str, timeout: float = 120, user_expressions: dict[str, str] | None = None
     ) -> Result:
         """Run ``code``; raise TimeoutError if the kernel is not idle within ``timeout`` s."""
-        outputs: list[dict[str, Any]] = []
-
-        def hook(msg: dict[str, Any]) -> None:
-            if msg["msg_type"] in ("stream", "display_data", "execute_result", "error", "update_display_data"):
-                outputs.append({"msg_type": msg["msg_type"], "content": msg["content"]})
-
-        reply = self.client.execute_interactive(
-            code, timeout=timeout, output_hook=hook, user_expressions=user_expressions or {},
-            allow_stdin=False,
-        )
-        content = reply["content"]
-        error = None
-        if content["status"] == "error":
-            error = {k: content.get(k) for k in ("ename", "evalue", "traceback")}
-        return Result(
-            content["status"], outputs, content.get("user_expressions", {}), error, content.get("payload", [])
-        )
+        return execute(self.client, code, timeout, user_expressions)
 
     def interrupt(self) -> None:
         self.manager.interrupt_kernel()

@@ -244,9 +244,18 @@ class Session:
         """Run ``source`` on this rank in lockstep with the others; see :mod:`nbdist.cells`."""
         world = self.require_world("%%collective")
         assert self._watch_client is not None
-        self._sync_generation(world)
-        return cells.run(world, self.shell, source, timeout, self._watch_client, self.ensure_process_group,
-                         check=check, same_code=same_code)
+        try:
+            self._sync_generation(world)
+            return cells.run(world, self.shell, source, timeout, self._watch_client, self.ensure_process_group,
+                             check=check, same_code=same_code)
+        except StoreConnectionError as exc:
+            marker = world.client.marker
+            hosts = [i for i, r in enumerate(world.ranks)
+                     if (r.get("host"), r.get("pid")) == (marker.get("host"), marker.get("pid"))]
+            owner = f"{world.describe(hosts[0])}, which hosts the rendezvous server" if hosts else "the server"
+            failure = StoreConnectionError(f"lost contact with {owner}: {exc}")
+            failure.outcome = getattr(exc, "outcome", None)  # type: ignore[attr-defined]
+            raise failure from exc
 
     def barrier(self, timeout: float) -> float:
         """All ranks meet; returns the seconds this rank waited."""

@@ -44,6 +44,37 @@ def probe(host: str, port: int, timeout: float = 1.0) -> str:
         return "unreachable"
 
 
+def bound_connections(host: str, port: int, seconds: float = OP_TIMEOUT) -> int:
+    """Make this process's connections to host:port fail after ``seconds`` of unacknowledged data.
+
+    A TCPStore call on a connection whose network went away otherwise blocks
+    until TCP gives up (many minutes), ignoring the store's own timeout.
+    ``TCP_USER_TIMEOUT`` makes the kernel abort such a connection instead, so
+    the call raises. Returns how many connections were set.
+    """
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if option is None or not os.path.isdir("/proc/self/fd"):
+        return 0
+    try:
+        ips = {info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
+    except OSError:
+        return 0
+    ips |= {f"::ffff:{ip}" for ip in ips}
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            with socket.socket(fileno=os.dup(int(name))) as sock:
+                peer = sock.getpeername()
+                if isinstance(peer, tuple) and peer[0] in ips and peer[1] == port:
+                    sock.setsockopt(socket.IPPROTO_TCP, option, int(seconds * 1000))
+                    count += 1
+        except OSError:
+            continue  # closed meanwhile, not a TCP socket, or not connected
+    return count
+
+
 def _run_in_thread(fn: Callable[[], Any], seconds: float, what: str) -> Any:
     """Run a blocking torch call in a daemon thread; wait in interruptible slices."""
     box: dict[str, Any] = {}
@@ -121,6 +152,7 @@ class StoreClient:
         self.host, self.port = host, port
         self._store = store
         self._idle_waiters: list[Any] = []
+        self.marker: dict[str, Any] = {}  # the server's marker, once verified
 
     @property
     def address(self) -> str:
@@ -201,6 +233,7 @@ class StoreClient:
         """A second connection to the same server (for another thread)."""
         store = self._call("clone", self._store.clone)
         store.set_timeout(timedelta(seconds=op_timeout))
+        bound_connections(self.host, self.port)
         return StoreClient(self.host, self.port, store)
 
     def wait(
@@ -218,15 +251,19 @@ class StoreClient:
         """
         import torch.distributed as dist
 
-        waiter = self._idle_waiters.pop() if self._idle_waiters else self._call(
-            "clone", self._store.clone
-        )
+        waiter = self._idle_waiters.pop() if self._idle_waiters else None
+        store = self._store
         full = [PREFIX + k for k in keys]
-        box: dict[str, BaseException] = {}
+        box: dict[str, Any] = {}
         done = threading.Event()
 
         def target() -> None:
+            nonlocal waiter
             try:
+                if waiter is None:  # connecting ignores SIGINT: do it here, not in the waiting thread
+                    waiter = store.clone()
+                    bound_connections(self.host, self.port)
+                box["waiter"] = waiter
                 waiter.wait(full, timedelta(seconds=seconds + 5.0))
             except BaseException as exc:  # handed to the waiting thread
                 box["error"] = exc
@@ -242,7 +279,7 @@ class StoreClient:
                 raise WaitTimeout(f"waited {seconds:g} s for {', '.join(keys)}")
         error = box.get("error")
         if error is None:
-            self._idle_waiters.append(waiter)
+            self._idle_waiters.append(box["waiter"])
             return
         if isinstance(error, dist.DistNetworkError):
             raise self._gone("wait") from error
@@ -286,9 +323,10 @@ def connect(host: str, port: int, timeout: float = TIMEOUTS["connect"], token: s
             "choose another --master-port"
         ) from exc
     store.set_timeout(timedelta(seconds=OP_TIMEOUT))
+    bound_connections(host, port)
     client = StoreClient(host, port, store)
-    marker = verify(client)
-    auth.check(marker, token, client.address)
+    client.marker = verify(client)
+    auth.check(client.marker, token, client.address)
     return client
 
 

@@ -38,6 +38,7 @@ import pytest
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
+from nbdist import kernels
 from nbdist.kernels import Result
 
 NETNS_DIR = Path("/etc/netns")
@@ -112,20 +113,7 @@ class NsKernel:
 
     def execute(self, code: str, timeout: float = 120, user_expressions: dict[str, str] | None = None) -> Result:
         """Run ``code``; raise TimeoutError if the kernel is not idle within ``timeout`` s."""
-        outputs: list[dict[str, Any]] = []
-
-        def hook(msg: dict[str, Any]) -> None:
-            if msg["msg_type"] in ("stream", "display_data", "execute_result", "error", "update_display_data"):
-                outputs.append({"msg_type": msg["msg_type"], "content": msg["content"]})
-
-        reply = self.client.execute_interactive(code, timeout=timeout, output_hook=hook,
-                                                user_expressions=user_expressions or {}, allow_stdin=False)
-        content = reply["content"]
-        error = None
-        if content["status"] == "error":
-            error = {k: content.get(k) for k in ("ename", "evalue", "traceback")}
-        return Result(content["status"], outputs, content.get("user_expressions", {}), error,
-                      content.get("payload", []))
+        return kernels.execute(self.client, code, timeout, user_expressions)
 
     def expression(self, expr: str, timeout: float = 60) -> str:
         """The repr of ``expr`` evaluated in the kernel."""

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import secrets
 import sys
+import threading
 import time
+from datetime import datetime, timezone
 
 import pytest
 
@@ -156,3 +158,69 @@ def test_a_host_whose_link_is_down_gets_no_answer_and_is_reachable_again_after_l
     while (state := b.python(probe).stdout.strip()) != "refused":
         assert time.monotonic() < deadline, state
         time.sleep(0.5)
+
+
+def _form_world(two_hosts: TwoHosts, port: int) -> list:
+    ka, kb = two_hosts.start_kernels()
+    for r in kernels.execute_all([ka, kb], "%load_ext nbdist", timeout=60):
+        assert r.status == "ok", r.error
+    line = f"%%dist_init --world-size 2 --master-addr {two_hosts.a.addr} --master-port {port} --timeout 90"
+    results = kernels.execute_all([ka, kb], [f"{line} --rank 0", f"{line} --rank 1"], timeout=150)
+    assert all(r.status == "ok" for r in results), [r.error for r in results]
+    return [ka, kb]
+
+
+@pytest.mark.timeout(300)
+def test_a_network_cut_ends_both_cells_naming_the_peer_and_one_init_each_recovers(two_hosts: TwoHosts,
+                                                                                    record_fault):
+    port = master_port()
+    ka, kb = _form_world(two_hosts, port)
+    loop = ("%%collective --timeout 20\nimport time\nfor i in range(100_000):\n    t = torch.ones(1)\n"
+            "    dist.all_reduce(t)\n    time.sleep(0.01)\n")
+    boxes: list[dict] = [{}, {}]
+
+    def run(k, box):
+        box["r"] = k.execute(loop, timeout=150)
+
+    threads = [threading.Thread(target=run, args=(k, box)) for k, box in zip((ka, kb), boxes, strict=True)]
+    for t in threads:
+        t.start()
+    time.sleep(4)
+    assert not any("r" in box for box in boxes), [box.get("r") and box["r"].error for box in boxes]
+    cut = datetime.now(timezone.utc)
+    two_hosts.b.link_down()
+    # The test talks to host B's kernel over the same link: its reply waits for the link,
+    # so each cell's end is read from the kernel's own reply time.
+    time.sleep(45)
+    two_hosts.b.link_up()
+    for t in threads:
+        t.join(timeout=90)
+    for name, box in zip(("rank 0 (host A)", "rank 1 (host B)"), boxes, strict=True):
+        assert "r" in box, f"{name}'s cell never ended"
+        seconds = (box["r"].finished - cut).total_seconds()
+        record_fault(f"network cut, --timeout 20: {name}", seconds)
+        assert seconds < 30, f"{name} took {seconds:.0f} s"
+    ra, rb = boxes[0]["r"], boxes[1]["r"]
+    assert ra.status == "error" and "rank 1 (hostB" in ra.error["evalue"], ra.error
+    assert rb.status == "error", rb.error
+    assert "rank 0 (hostA" in rb.error["evalue"] or two_hosts.a.addr in rb.error["evalue"], rb.error
+    line = f"%%dist_init --world-size 2 --master-addr {two_hosts.a.addr} --master-port {port} --timeout 90"
+    results = kernels.execute_all([ka, kb], [f"{line} --rank 0", f"{line} --rank 1"], timeout=150)
+    assert all(r.status == "ok" for r in results), [r.error for r in results]
+    cell = "%%collective\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()\n"
+    for r in kernels.execute_all([ka, kb], cell, timeout=60):
+        assert r.status == "ok" and "2.0" in r.text(), r.error
+
+
+@pytest.mark.timeout(120)
+def test_a_master_behind_a_dropping_firewall_is_reported_as_no_answer(two_hosts: TwoHosts, record_fault):
+    a, b = two_hosts.a, two_hosts.b
+    a.blackhole_replies_to(b)
+    kb = b.start_kernel()
+    assert kb.execute("%load_ext nbdist", timeout=60).status == "ok"
+    t0 = time.monotonic()
+    r = kb.execute(f"%%dist_init --rank 1 --world-size 2 --master-addr {a.addr} --master-port {master_port()} "
+                   "--timeout 5", timeout=90)
+    record_fault("master behind a dropping firewall, --timeout 5", time.monotonic() - t0)
+    assert r.status == "error" and r.error["ename"] == "StoreConnectionError"
+    assert f"no answer from {a.addr}" in r.error["evalue"] and "firewall" in r.error["evalue"]
