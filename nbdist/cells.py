@@ -28,7 +28,7 @@ from .errors import (
 from .fingerprint import Checker, raise_if_failed
 from .store import StoreClient
 from .watch import CellWatch, publish_failure
-from .world import World
+from .world import BarrierRefused, World
 
 MAX_SOURCE_CHARS = 64 * 1024
 
@@ -43,15 +43,15 @@ class Outcome:
     failures: list[str] = field(default_factory=list)
 
 
-def compare_sources(world: World, cell: str) -> None:
-    """Raise on every rank if the ranks entered this cell with different code."""
+def compare_sources(world: World, cell: str) -> str | None:
+    """Why the ranks may not run this cell (they entered it with different code), or None."""
     keys = [world.key(f"{cell}/src/{i}") for i in range(world.world_size)]
     sources = [json.loads(t) for t in world.client.multi_get(keys)]
     groups: dict[str, list[int]] = {}
     for i, src in enumerate(sources):
         groups.setdefault(src["hash"], []).append(i)
     if len(groups) == 1:
-        return
+        return None
     (first, *others) = groups.values()
     parts = []
     for ranks in others:
@@ -61,7 +61,7 @@ def compare_sources(world: World, cell: str) -> None:
         )
         parts.append("\n".join(diff))
     who = "; ".join(f"rank(s) {', '.join(map(str, r))} ran version {k + 1}" for k, r in enumerate(groups.values()))
-    raise CellMismatchError(
+    return (
         f"the ranks entered this %%collective with different code ({who}); nothing ran. "
         "Run the same cell in every notebook, or use %%collective --allow-different on purpose.\n"
         + "\n".join(parts)
@@ -84,17 +84,19 @@ def run(
     digest = hashlib.sha256(source.encode()).hexdigest()
     world.client.set_json(world.key(f"{cell}/src/{world.rank}"),
                           {"hash": digest, "code": source[:MAX_SOURCE_CHARS]})
-    world.barrier(f"{cell}/in", timeout, f"{label} (start)")
-    if same_code:
-        compare_sources(world, cell)
+    try:
+        world.barrier(f"{cell}/in", timeout, f"{label} (start)",
+                      verdict=(lambda: compare_sources(world, cell)) if same_code else None)
+    except BarrierRefused as exc:
+        raise CellMismatchError(str(exc)) from None
     ensure_process_group()
     world.note(f"running {label}", cell=n)
     with CellWatch(world, watch_client, cell) as watch:
         checker = Checker(world, cell, timeout, compare=check, on_tick=lambda: raise_if_failed(world, cell))
         with checker:
             cap = capture.run_cell(shell, source)
-        checker.finished()
     cap["rank"] = world.rank
+    cap["collectives"] = checker.count
     if watch.interrupted and cap["error"] is not None:
         cap["error"]["interrupted"] = True
     reason = watch.reason

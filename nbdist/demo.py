@@ -106,14 +106,15 @@ def expectations(world_size: int) -> dict[str, object]:
 
 
 def _free_port(preferred: int = 29500) -> int:
-    for port in (preferred, 0):
+    """29500 if free, else a free port below the ephemeral range (which the kernels' own sockets use)."""
+    for port in (preferred, *range(29501, 29600), *range(20000, 20100)):
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return s.getsockname()[1]
+            return port
     raise RuntimeError("no free TCP port on 127.0.0.1")
 
 

@@ -148,25 +148,19 @@ class Checker:
             )
 
     def _peer_finished(self, seq: int, fp: dict[str, Any]) -> None:
-        """Fail if a rank ended its body (or failed) without issuing collective ``seq``."""
+        """Fail if a rank ended its body (it published its output) without issuing collective ``seq``."""
         if self.on_tick is not None:
             self.on_tick()
-        client, world = self.world.client, self.world
-        if client.add(world.key(f"{self.cell}/nfin"), 0) == 0:
-            return
+        world = self.world
         for i in range(world.world_size):
-            done = client.get_json_if(world.key(f"{self.cell}/fin/{i}"))
-            if done is not None and done["collectives"] < seq:
+            if i == world.rank:
+                continue
+            done = world.client.get_json_if(world.key(f"{self.cell}/out/{i}"))
+            if done is not None and done.get("collectives", 0) < seq:
                 raise CollectiveMismatchError(
-                    f"{world.describe(i)} finished this cell after {done['collectives']} collective(s), but "
+                    f"{world.describe(i)} finished this cell after {done.get('collectives', 0)} collective(s), but "
                     f"{world.describe(world.rank)} issued #{seq} ({fp['op']}): the ranks run different collectives"
                 )
-
-    def finished(self) -> None:
-        """Tell the others how many collectives this rank issued (for their :meth:`_peer_finished`)."""
-        client, world = self.world.client, self.world
-        client.set_json(world.key(f"{self.cell}/fin/{world.rank}"), {"collectives": self.count})
-        client.add(world.key(f"{self.cell}/nfin"), 1)
 
 
 def raise_if_failed(world: World, cell: str) -> None:

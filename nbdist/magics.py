@@ -217,7 +217,9 @@ def _show_cell(world: Any, n: int, captures: list[dict[str, Any] | None]) -> Non
     title = f"%%collective #{n} · {world.world_size} ranks"
     if any(c is None for c in captures):
         title += " · partial: some ranks sent no result"
-    display(cell_table(title, world.ranks, shown))
+    table = cell_table(title, world.ranks, shown)
+    if table.rows:  # like a plain cell, a cell that showed nothing on any rank shows nothing
+        display(table)
 
 
 def _version_note(ranks: list[dict[str, Any]]) -> str:

@@ -21,17 +21,15 @@ from typing import Any
 from .config import POLL_INTERVAL
 from .errors import NbdistError, PeerLostError, StoreConnectionError
 from .store import StoreClient
-from .world import World
+from .world import World, bump_generation
 
 log = logging.getLogger(__name__)
 
 
 def publish_failure(client: StoreClient, world: World, cell: str, info: dict[str, Any]) -> dict[str, Any]:
     """Record the first failure of a cell (first one wins) and ask for a new process group."""
-    text = json.dumps(info)
-    first = client.compare_set(world.key(f"{cell}/failed"), "", text)
-    world_gen = world.gen
-    client.compare_set(world.key("gen"), str(world_gen) if world_gen else "", str(world_gen + 1))
+    first = client.compare_set(world.key(f"{cell}/failed"), "", json.dumps(info))
+    bump_generation(client, world.key("gen"), world.gen)
     return json.loads(first)
 
 

@@ -26,6 +26,18 @@ def current_round(client: StoreClient) -> int:
     return int(text) if text else 0
 
 
+def bump_generation(client: StoreClient, key: str, seen: int | None) -> int:
+    """Read a generation counter (one round trip); with ``seen``, move it past ``seen`` once."""
+    current = client.add(key, 0)  # creates it as "0"
+    if seen is not None and current == seen:
+        client.compare_set(key, str(seen), str(seen + 1))
+    return current
+
+
+class BarrierRefused(Exception):
+    """The last rank to arrive refused to open a barrier; the message says why (see ``verdict``)."""
+
+
 class PeerTracker:
     """Which other ranks' heartbeats have stopped moving, by this rank's own clock."""
 
@@ -76,12 +88,11 @@ class World:
 
     # --- generations -----------------------------------------------------
     def store_generation(self) -> int:
-        text = self.client.get_if(self.key("gen"))
-        return int(text) if text else 0
+        return bump_generation(self.client, self.key("gen"), None)
 
     def bump_generation(self, seen: int) -> None:
         """Ask every rank to rebuild the process group at its next cell (once per failure)."""
-        self.client.compare_set(self.key("gen"), str(seen) if seen else "", str(seen + 1))
+        bump_generation(self.client, self.key("gen"), seen)
 
     def enter_generation(self, gen: int) -> None:
         """Restart numbering for ``gen`` and re-read the registrations (a rank may have been replaced)."""
@@ -145,19 +156,25 @@ class World:
         )
 
     # --- barriers -----------------------------------------------------------
-    def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None) -> None:
+    def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None,
+                verdict: Callable[[], str | None] | None = None) -> None:
         """Wait until every rank arrives at barrier ``name``, or fail naming who did not.
 
-        The last rank to arrive opens the barrier. A rank that stops waiting
+        The last rank to arrive opens the barrier; if ``verdict`` returns a
+        message there, it refuses it instead and every rank raises
+        :class:`BarrierRefused` with that message. A rank that stops waiting
         (timeout, interrupt, a lost peer) closes it with its reason, so the
         ranks still waiting fail with that reason and a late one fails at once.
         """
         base = self.key(name)
         self.note(f"waiting at {label}", barrier=name)
         if self.client.add(f"{base}/n", 1) >= self.world_size:
-            state = self.client.compare_set(f"{base}/state", "", "go")
+            refusal = verdict() if verdict is not None else None
+            state = self.client.compare_set(f"{base}/state", "", "go" if refusal is None else f"refused:{refusal}")
         else:
             state = self._wait_open(base, name, timeout, label, on_tick)
+        if state.startswith("refused:"):
+            raise BarrierRefused(state.removeprefix("refused:"))
         if state != "go":
             raise PeerFailedError(f"{label}: {state}; run the next cell on every rank")
 
@@ -180,7 +197,7 @@ class World:
         except Exception as exc:
             self._close(base, f"stopped waiting: {exc}")
             raise
-        return self.client.get(f"{base}/state")
+        return self.client.get_if(f"{base}/state") or ""
 
     def _close(self, base: str, reason: str) -> str:
         """Close an open barrier with a reason; returns its state ("go" if it opened meanwhile)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import socket
 import threading
 import time
@@ -13,10 +14,17 @@ from nbdist import kernels
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port below the ephemeral range, so kernels started later cannot take it."""
+    for _ in range(200):
+        candidate = secrets.randbelow(10_000) + 20_000
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return candidate
+    raise RuntimeError("no free port in 20000-29999")
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -13,15 +12,13 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from .conftest import free_port
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "two_notebooks"
 NOTEBOOKS = [EXAMPLE / "rank0.ipynb", EXAMPLE / "rank1.ipynb"]
 CELL_TIMEOUT = 150  # seconds per cell; below the test's own timeout, so nbclient fails first and cleans up
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _cell(nb: nbformat.NotebookNode, cell_id: str) -> nbformat.NotebookNode:
@@ -119,7 +116,7 @@ def _check_table(table: str, world_size: int, own_line: str, out: str) -> None:
 
 @pytest.mark.timeout(240)
 def test_both_notebooks_run_as_one_world(tmp_path: Path) -> None:
-    port = _free_port()  # never the real 29500
+    port = free_port()  # never the real 29500
     nbs = [_with_port(nbformat.read(p, as_version=4), port) for p in NOTEBOOKS]
     _execute_both(nbs, tmp_path)
     for nb in nbs:
