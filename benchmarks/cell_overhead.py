@@ -40,12 +40,13 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import os
 import re
 import socket
 import statistics
 import sys
 import time
+
+from _common import load_note
 
 from nbdist import kernels
 
@@ -322,16 +323,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.runs < 2 or args.warmup < 0 or args.inner < 0:
         p.error("--runs must be >= 2; --warmup and --inner >= 0")
     return args
-
-
-def load_note(when: str, judge: bool = True) -> str:
-    """The 1-minute load average: other work on this machine inflates every figure."""
-    cores = os.cpu_count() or 1
-    load = os.getloadavg()[0]
-    busy = ""
-    if judge and load > 0.5 * cores:
-        busy = " (busy: other processes compete for the cores; figures are inflated)"
-    return f"load average {when}: {load:.2f} on {cores} cores{busy}"
 
 
 def main(argv: list[str] | None = None) -> int:

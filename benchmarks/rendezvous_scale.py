@@ -45,6 +45,8 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from _common import load_note
+
 TARGET_SIZE = 64
 TARGET_S = 2.0
 TARGET = "target: at 64: join + first barrier <= 2 s after the last process starts"
@@ -321,16 +323,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.barriers < 1 or args.repeats < 1:
         p.error("--barriers and --repeats must be at least 1")
     return args
-
-
-def load_note(when: str, judge: bool = True) -> str:
-    """The 1-minute load average: other work on this machine inflates every figure."""
-    cores = os.cpu_count() or 1
-    load = os.getloadavg()[0]
-    busy = ""
-    if judge and load > 0.5 * cores:
-        busy = " (busy: other processes compete for the cores; figures are inflated)"
-    return f"load average {when}: {load:.2f} on {cores} cores{busy}"
 
 
 _HOSTS_MARK = "NBDIST_BENCH_PRIVATE_HOSTS"

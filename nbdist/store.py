@@ -1,6 +1,6 @@
 """The rendezvous server and clients: torch's ``TCPStore``, reached through one choke point.
 
-Everything stored is JSON text; nothing read from the network is ever unpickled.
+Everything stored is JSON text; nothing read from the network is decoded any other way.
 Every store call goes through :meth:`StoreClient._call`, which turns torch's
 network errors into :class:`~nbdist.errors.StoreConnectionError` naming the
 server. Every wait runs in a helper thread while the calling thread waits in

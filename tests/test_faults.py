@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -222,13 +223,25 @@ def test_a_token_is_required_when_the_world_has_one(start_kernels, port):
     assert r.status == "ok" and box0["r"].status == "ok", (r.error, box0["r"].error)
 
 
+@contextlib.contextmanager
+def listener(port: int, code: str):
+    """Another program listening on ``port`` (``code`` runs with ``s``, a listening socket)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
+                             f"s.bind(('127.0.0.1', {port})); s.listen()\n{code}"])
+    try:
+        deadline = time.monotonic() + 30
+        while probe("127.0.0.1", port, 0.5) != "open":
+            assert time.monotonic() < deadline and proc.poll() is None, "the listener did not start"
+            time.sleep(0.1)
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.timeout(120)
 def test_a_master_port_held_by_another_program_names_it(start_kernels, port, record_fault):
-    holder = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
-                               f"s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(120)  # port-holder"])
-    try:
-        while probe("127.0.0.1", port, 0.5) != "open":
-            time.sleep(0.1)
+    with listener(port, "time.sleep(120)  # port-holder") as holder:
         (k,) = start_kernels(1)
         t0 = time.monotonic()
         r = k.execute(init_line(0, 2, port), timeout=90)
@@ -236,28 +249,18 @@ def test_a_master_port_held_by_another_program_names_it(start_kernels, port, rec
         assert r.status == "error" and r.error["ename"] == "NotNbdistServerError"
         assert f"held by pid {holder.pid}" in r.error["evalue"] and "port-holder" in r.error["evalue"]
         assert "another --master-port" in r.error["evalue"]
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 @pytest.mark.timeout(120)
 def test_a_non_nbdist_service_on_the_port_is_refused_clearly(start_kernels, port, record_fault):
-    service = subprocess.Popen([sys.executable, "-c", "import socket; s = socket.socket(); "
-                                f"s.bind(('127.0.0.1', {port})); s.listen()\nwhile True:\n"
-                                "    c, _ = s.accept(); c.sendall(b'HTTP/1.0 400 Bad Request\\r\\n\\r\\n'); c.close()"])
-    try:
-        while probe("127.0.0.1", port, 0.5) != "open":
-            time.sleep(0.1)
+    answer = "while True:\n    c, _ = s.accept(); c.sendall(b'HTTP/1.0 400 Bad Request\\r\\n\\r\\n'); c.close()"
+    with listener(port, answer):
         (k,) = start_kernels(1)
         t0 = time.monotonic()
         r = k.execute(init_line(1, 2, port), timeout=90)
         record_fault("a non-nbdist service on the port", time.monotonic() - t0)
         assert r.status == "error" and r.error["ename"] == "NotNbdistServerError", r.error
         assert "another --master-port" in r.error["evalue"]
-    finally:
-        service.kill()
-        service.wait()
 
 
 @pytest.mark.timeout(60)
