@@ -13,10 +13,11 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import capture
+from .config import MAX_VALUE_BYTES
 from .errors import (
     CellMismatchError,
     CollectiveError,
@@ -40,7 +41,6 @@ class Outcome:
     number: int
     captures: list[dict[str, Any] | None]
     reason: dict[str, Any] | None = None
-    failures: list[str] = field(default_factory=list)
 
 
 def compare_sources(world: World, cell: str) -> str | None:
@@ -123,8 +123,6 @@ def run(
 
 def fit(cap: dict[str, Any], limit: int | None = None) -> str:
     """The capture as JSON, shrunk below the store's value limit."""
-    from .config import MAX_VALUE_BYTES
-
     limit = MAX_VALUE_BYTES if limit is None else limit
     text = json.dumps(cap)
     if len(text) <= limit:

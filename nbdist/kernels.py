@@ -112,7 +112,7 @@ def start(n: int, env: dict[str, str] | None = None) -> list[Kernel]:
         except BaseException as exc:  # collected and re-raised below
             errors.append(exc)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
@@ -142,7 +142,7 @@ def execute_all(
         except BaseException as exc:  # re-raised in the caller's thread
             results[i] = exc
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(kernels))]
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(kernels))]
     for t in threads:
         t.start()
     for t in threads:

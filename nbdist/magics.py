@@ -87,7 +87,7 @@ class DistMagics(Magics):
                   DEVICE=self.session.device)
         display(summary_table(
             f"nbdist world · {cfg.world_size} rank(s) · rendezvous {address} · this notebook is rank {cfg.rank}",
-            ranks, footer=_version_note(ranks),
+            ranks, footer=_version_note(ranks) + _replaced_note(self.session.world),
         ))
 
     @magic_arguments()
@@ -229,6 +229,14 @@ def _version_note(ranks: list[dict[str, Any]]) -> str:
         if len(values) > 1:
             notes.append(f"warning: {key} versions differ between ranks ({', '.join(sorted(values))})")
     return "; ".join(notes)
+
+
+def _replaced_note(world: Any) -> str:
+    if world is None or world.replaced is None:
+        return ""
+    old = world.replaced
+    return (f" rejoined in place of pid {old.get('pid', '?')} on {old.get('host', '?')}, which stopped responding; "
+            "every rank rebuilds the process group at its next %%collective")
 
 
 def _alive(row: dict[str, Any]) -> str:

@@ -82,9 +82,12 @@ def run_in_background(kernel: kernels.Kernel, code: str, timeout: float = 120) -
     box: dict = {}
 
     def target() -> None:
-        box["r"] = kernel.execute(code, timeout=timeout)
+        try:
+            box["r"] = kernel.execute(code, timeout=timeout)
+        except Exception as exc:  # a kernel that was killed on purpose never replies
+            box["exc"] = exc
         box["t"] = time.monotonic()
 
-    t = threading.Thread(target=target)
+    t = threading.Thread(target=target, daemon=True)  # never keeps pytest from exiting
     t.start()
     return t, box

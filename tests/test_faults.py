@@ -52,7 +52,7 @@ def test_a_killed_kernel_is_named_within_10s_and_its_restart_rejoins_without_the
     code = ("%%collective --timeout 60\nimport time\nif RANK == 1:\n    time.sleep(60)\n"
             "t = torch.ones(1)\ndist.all_reduce(t)\n")
     t0, box0 = run_in_background(ks[0], code)
-    t1, _ = run_in_background(ks[1], code)
+    t1, box1 = run_in_background(ks[1], code, timeout=15)  # its kernel is killed: it never replies
     time.sleep(2)
     killed = time.monotonic()
     os.kill(int(pid1), signal.SIGKILL)
@@ -65,10 +65,12 @@ def test_a_killed_kernel_is_named_within_10s_and_its_restart_rejoins_without_the
     assert r0.status == "error"
     assert "rank 1 (" in r0.error["evalue"] and f"pid {pid1}) stopped responding" in r0.error["evalue"]
     t1.join(timeout=30)
+    assert "exc" in box1 and not t1.is_alive()
     # Rank 1's notebook restarts: a new kernel runs %load_ext and its %%dist_init again...
     (fresh,) = start_kernels(1)
     r = fresh.execute(init_line(1, 2, port), timeout=60)
     assert r.status == "ok", r.error
+    assert f"rejoined in place of pid {pid1}" in r.text()
     # ...and rank 0 carries on at its next %%collective without re-running anything.
     _ok_everywhere([ks[0], fresh])
 

@@ -182,7 +182,7 @@ def test_a_network_cut_ends_both_cells_naming_the_peer_and_one_init_each_recover
     def run(k, box):
         box["r"] = k.execute(loop, timeout=150)
 
-    threads = [threading.Thread(target=run, args=(k, box)) for k, box in zip((ka, kb), boxes, strict=True)]
+    threads = [threading.Thread(target=run, args=(k, box), daemon=True) for k, box in zip((ka, kb), boxes, strict=True)]
     for t in threads:
         t.start()
     time.sleep(4)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import threading
 import time
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from nbdist import kernels
 from nbdist.demo import STEPS, expectations
 
-from .conftest import init_line
+from .conftest import init_line, run_in_background
 
 ALL_REDUCE = """%%collective
 t = torch.tensor([float(dist.get_rank())])
@@ -19,13 +18,6 @@ dist.all_reduce(t)
 print(f"rank {RANK} sum {t.item()}")
 t.item()
 """
-
-
-def _in_background(kernel: kernels.Kernel, code: str, box: dict, timeout: float = 120) -> threading.Thread:
-    """Run a cell without waiting for it; its Result lands in ``box["r"]``."""
-    t = threading.Thread(target=lambda: box.update(r=kernel.execute(code, timeout=timeout)))
-    t.start()
-    return t
 
 
 def _walkthrough(ks: list[kernels.Kernel]) -> None:
@@ -76,9 +68,8 @@ def test_every_notebook_shows_every_ranks_output_side_by_side(make_world):
 @pytest.mark.timeout(180)
 def test_ranks_arriving_twenty_seconds_apart_form_a_world(start_kernels, port):
     ks = start_kernels(2)
-    box: dict[str, kernels.Result] = {}
     t0 = time.monotonic()
-    first = _in_background(ks[1], init_line(1, 2, port), box)  # rank 1 first: it must wait for rank 0's server
+    first, box = run_in_background(ks[1], init_line(1, 2, port))  # rank 1 first: it must wait for rank 0's server
     time.sleep(20)
     r0 = ks[0].execute(init_line(0, 2, port), timeout=120)
     first.join(timeout=120)
@@ -123,8 +114,7 @@ def test_a_duplicate_rank_is_refused_naming_the_other_host(make_world, start_ker
 @pytest.mark.timeout(120)
 def test_world_sizes_that_disagree_fail_on_every_rank(start_kernels, port):
     ks = start_kernels(2)
-    box: dict[str, kernels.Result] = {}
-    t = _in_background(ks[0], init_line(0, 2, port), box, timeout=60)
+    t, box = run_in_background(ks[0], init_line(0, 2, port), timeout=60)
     time.sleep(3)
     r1 = ks[1].execute(init_line(1, 3, port), timeout=60)
     t.join(timeout=60)
@@ -138,8 +128,7 @@ def test_world_sizes_that_disagree_fail_on_every_rank(start_kernels, port):
 @pytest.mark.timeout(180)
 def test_rerunning_dist_init_rejoins_and_the_others_are_told(make_world, port):
     ks = make_world(2)
-    r0: dict[str, kernels.Result] = {}
-    t = _in_background(ks[0], init_line(0, 2, port), r0, timeout=60)
+    t, r0 = run_in_background(ks[0], init_line(0, 2, port), timeout=60)
     time.sleep(2)
     # Rank 1 has not re-run its init: its next collective is told to.
     stale = ks[1].execute("%%collective --timeout 30\nx = 1\n", timeout=60)
@@ -193,8 +182,7 @@ def test_a_barrier_that_runs_out_names_the_missing_rank_and_what_it_last_did(mak
 @pytest.mark.timeout(120)
 def test_the_stop_button_ends_a_join_and_the_slot_is_given_back(start_kernels, port):
     ks = start_kernels(2)
-    box: dict[str, kernels.Result] = {}
-    t = _in_background(ks[0], init_line(0, 2, port), box, timeout=60)
+    t, box = run_in_background(ks[0], init_line(0, 2, port), timeout=60)
     time.sleep(5)  # rank 0 is waiting for rank 1
     stopped = time.monotonic()
     ks[0].interrupt()
