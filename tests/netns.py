@@ -40,6 +40,7 @@ from jupyter_client.connect import write_connection_file
 
 from nbdist import kernels
 from nbdist.kernels import Result
+from nbdist.store import probe
 
 NETNS_DIR = Path("/etc/netns")
 # Variables a fresh host would not have: the test runner's own must not leak into the "hosts".
@@ -94,6 +95,13 @@ class NsKernel:
         self.process = host.popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         self.client = BlockingKernelClient()
         try:
+            # A client started before the kernel listens may judge it dead by its heartbeat
+            # (seen under load): wait until the kernel's shell port answers first.
+            deadline = time.monotonic() + 60
+            while probe(host.addr, ports[0], 1.0) != "open":
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the kernel process exited or never listened")
+                time.sleep(0.2)
             self.client.load_connection_file(self.connection_file)
             self.client.start_channels()
             self.client.wait_for_ready(timeout=60)
