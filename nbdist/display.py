@@ -82,7 +82,8 @@ class SideBySide:
             lines.append(f"── all {len(self.columns)} ranks (identical) ──")
             lines += _labelled(same)
         for i, column in enumerate(self.columns):
-            own = [(label, cells[i]) for label, cells in self.rows if not self._same(cells)]
+            own = [(label, cells[i]) for label, cells in self.rows
+                   if not self._same(cells) and (cells[i].text or cells[i].html)]
             if not own and same:
                 continue
             lines.append(f"── {column} ──")

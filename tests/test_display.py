@@ -77,3 +77,11 @@ def test_a_capture_of_megabytes_fits_the_store():
     text = _fit({**_cap("out"), "displays": [huge]})
     assert len(text) < 8 * 1024 * 1024
     assert json.loads(text)["displays"] == [{"text/plain": "x"}]
+
+
+def test_the_text_form_leaves_out_what_a_rank_did_not_produce():
+    table = cell_table("t", RANKS, [_cap("zero\n", result={"text/plain": "0"}), _cap("one\n")])
+    text = repr(table)
+    rank1 = text[text.index("── rank 1"):]
+    assert "Out" not in rank1 and "one" in rank1
+    assert "Out (differs): 0" in text
