@@ -45,6 +45,16 @@ def probe(host: str, port: int, timeout: float = 1.0) -> str:
         return "unreachable"
 
 
+def tcp_store(*args: Any, **kwargs: Any) -> Any:
+    """A ``TCPStore`` on libuv (the classic server can freeze when one client stalls); older torch has no choice."""
+    import torch.distributed as dist
+
+    try:
+        return dist.TCPStore(*args, use_libuv=True, **kwargs)
+    except TypeError:  # torch < 2.4 does not take use_libuv
+        return dist.TCPStore(*args, **kwargs)
+
+
 def bound_connections(host: str, port: int, seconds: float = OP_TIMEOUT) -> int:
     """Make this process's connections to host:port fail after ``seconds`` of unacknowledged data.
 
@@ -103,7 +113,6 @@ class Server:
     """A ``TCPStore`` server bound to one address (not all interfaces)."""
 
     def __init__(self, host: str, port: int, token: str | None = None) -> None:
-        import torch.distributed as dist
 
         self.host, self.port = host, port
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -122,13 +131,12 @@ class Server:
         # The server owns the descriptor from here on; closing it under the
         # server would abort the process.
         fd = sock.detach()
-        self._store = dist.TCPStore(
+        self._store = tcp_store(
             host,
             self.port,
             is_master=True,
             wait_for_workers=False,
             master_listen_fd=fd,
-            use_libuv=True,
             timeout=timedelta(seconds=TIMEOUTS["connect"]),
         )
         marker = {"nbdist": __version__, "host": socket.gethostname(), "pid": os.getpid(),
@@ -309,9 +317,7 @@ def connect(host: str, port: int, timeout: float = TIMEOUTS["connect"], token: s
     import torch.distributed as dist
 
     def make() -> Any:
-        return dist.TCPStore(
-            host, port, is_master=False, timeout=timedelta(seconds=timeout), use_libuv=True
-        )
+        return tcp_store(host, port, is_master=False, timeout=timedelta(seconds=timeout))
 
     on_port = f" (held by {holder})" if holder else ""
     try:
