@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -76,7 +78,9 @@ class Kernel:
     """One IPython kernel with a blocking client."""
 
     def __init__(self, env: dict[str, str] | None = None, cwd: str | None = None) -> None:
-        self.manager = KernelManager(kernel_name="python3")
+        # Local kernels talk over Unix sockets in a private folder: nothing listens on TCP.
+        self._dir = tempfile.mkdtemp(prefix="nbdist-kernel-")
+        self.manager = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(self._dir, "k"))
         kernel_env = {**os.environ, **(env or {})}
         self.manager.start_kernel(env=kernel_env, cwd=cwd)
         self.client = self.manager.client()
@@ -99,6 +103,7 @@ class Kernel:
         finally:
             if self.manager.has_kernel:
                 self.manager.shutdown_kernel(now=False)
+            shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def start(n: int, env: dict[str, str] | None = None) -> list[Kernel]:
