@@ -15,15 +15,15 @@ from .config import DEFAULT_PORT
 def _serve(args: argparse.Namespace) -> int:
     from .store import Server
 
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # before listening: a stop may come at once
     server = Server(args.host, args.port, token=args.token or os.environ.get("NBDIST_TOKEN") or None)
     print(f"nbdist {__version__}: rendezvous server on {server.host}:{server.port} (Ctrl-C stops it)", flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         while not stop.wait(0.5):
             pass
     except KeyboardInterrupt:
-        pass
+        print("nbdist: interrupted", flush=True)
     finally:
         server.stop()
     print("nbdist: server stopped", flush=True)
