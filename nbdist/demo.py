@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import ast
-import socket
 import sys
 import time
 from dataclasses import dataclass
 
-from . import kernels
+from . import kernels, netinfo
 
 # The walkthrough's cells, device-agnostic (DEVICE is set by %%dist_init).
 # Each step ends with the value it checks, returned through a user expression.
@@ -106,16 +105,11 @@ def expectations(world_size: int) -> dict[str, object]:
 
 
 def _free_port(preferred: int = 29500) -> int:
-    """29500 if free, else a free port below the ephemeral range (which the kernels' own sockets use)."""
-    for port in (preferred, *range(29501, 29600), *range(20000, 20100)):
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free TCP port on 127.0.0.1")
+    """29500 if free, else a free port below the ephemeral range (which other programs' sockets use)."""
+    port = netinfo.first_free_port((preferred, *range(29501, 29600), *range(20000, 20100)))
+    if port is None:
+        raise RuntimeError("no free TCP port on 127.0.0.1")
+    return port
 
 
 def _check(step: str, key: str, rank: int, value: object, expected: dict[str, object], ddp: list) -> Check:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -156,7 +155,3 @@ def execute_all(
         if isinstance(r, BaseException):
             raise r
     return results  # type: ignore[return-value]
-
-
-def python() -> str:
-    return sys.executable

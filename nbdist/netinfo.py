@@ -12,6 +12,7 @@ import ipaddress
 import os
 import socket
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 _SIOCGIFADDR = 0x8915
@@ -94,3 +95,16 @@ def port_holder(port: int) -> str | None:
         except OSError:
             continue
     return "a process this user cannot see"
+
+
+def first_free_port(candidates: Iterable[int], host: str = "127.0.0.1") -> int | None:
+    """The first of ``candidates`` that nothing holds on ``host`` (bound and released at once)."""
+    for port in candidates:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    return None

@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from nbdist import kernels
+from nbdist import kernels, netinfo
 
 
 def free_port() -> int:
-    """A free loopback port below the ephemeral range, so kernels started later cannot take it."""
-    for _ in range(200):
-        candidate = secrets.randbelow(10_000) + 20_000
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind(("127.0.0.1", candidate))
-            except OSError:
-                continue
-            return candidate
-    raise RuntimeError("no free port in 20000-29999")
+    """A free loopback port below the ephemeral range, so sockets opened later cannot take it."""
+    port = netinfo.first_free_port(secrets.randbelow(10_000) + 20_000 for _ in range(200))
+    if port is None:
+        raise RuntimeError("no free port in 20000-29999")
+    return port
 
 
 @pytest.fixture
