@@ -1,8 +1,16 @@
-"""Running a cell body on this rank and capturing what it produced, as JSON-ready data."""
+"""Running a cell body on this rank and capturing what it produced, as JSON-ready data.
+
+Output is captured without replacing objects that user code keeps: while nbdist
+is loaded, ``sys.stdout`` and ``sys.stderr`` are :class:`RoutedStream` objects
+that write to the running cell's capture, and otherwise on to the streams they
+stand in for. A logging handler made inside a cell (``logging.basicConfig()``)
+therefore keeps working after it.
+"""
 
 from __future__ import annotations
 
 import ast
+import base64
 import io
 import sys
 import time
@@ -60,6 +68,52 @@ class BoundedStream(io.TextIOBase):
         return f"{head}\n… [{dropped:,} characters not shown: output truncated] …\n{tail}"
 
 
+class RoutedStream:
+    """Stands in for ``sys.stdout`` or ``sys.stderr``: writes go to :attr:`target` during a cell, else on."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.target: BoundedStream | None = None
+
+    def write(self, text: Any) -> int:
+        if isinstance(text, bytes | bytearray):
+            text = bytes(text).decode("utf-8", errors="replace")  # a notebook would refuse bytes; keep them
+        target = self.target
+        return (self.real if target is None else target).write(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self.target is None:
+            self.real.flush()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, isatty, fileno... of the real stream
+        return getattr(self.real, name)
+
+
+def routed_streams() -> tuple[RoutedStream, RoutedStream]:
+    """``sys.stdout`` and ``sys.stderr`` as :class:`RoutedStream` (installed on first use, and again if replaced)."""
+    streams = []
+    for name in ("stdout", "stderr"):
+        current = getattr(sys, name)
+        if not isinstance(current, RoutedStream):
+            current = RoutedStream(current)
+            setattr(sys, name, current)
+        streams.append(current)
+    return streams[0], streams[1]
+
+
+def unroute_streams() -> None:
+    """Put the real streams back where a :class:`RoutedStream` stands (``%unload_ext``); kept ones pass through."""
+    for name in ("stdout", "stderr"):
+        current = getattr(sys, name)
+        if isinstance(current, RoutedStream):
+            current.target = None
+            setattr(sys, name, current.real)
+
+
 def truncate(text: str, limit: int = MAX_FIELD_CHARS) -> str:
     stream = BoundedStream(limit)
     stream.write(text)
@@ -73,9 +127,29 @@ def _split_last_expression(tree: ast.Module) -> tuple[ast.Module, ast.Expression
     return tree, None
 
 
+def _kept(data: dict[str, Any]) -> dict[str, str]:
+    """The MIME types nbdist passes on, as JSON-ready text: images as base64, text truncated."""
+    kept = {}
+    for mime in _KEPT_MIMES:
+        value = data.get(mime)
+        if isinstance(value, bytes | bytearray):  # PIL and others give raw PNG/JPEG bytes
+            value = base64.b64encode(bytes(value)).decode("ascii") if mime != "text/plain" else None
+        if isinstance(value, str):
+            kept[mime] = truncate(value) if mime == "text/plain" else value
+    return kept
+
+
 def _format_value(shell: Any, value: Any) -> dict[str, str]:
     data, _ = shell.display_formatter.format(value)
-    return {k: truncate(v) if isinstance(v, str) else v for k, v in data.items() if k in _KEPT_MIMES}
+    return _kept(data)
+
+
+def _flush_figures() -> None:
+    """Draw the figures matplotlib's inline backend would show after the cell, into this capture."""
+    module = sys.modules.get("matplotlib_inline.backend_inline")
+    flush = getattr(module, "flush_figures", None)
+    if flush is not None:
+        flush()
 
 
 def _format_error(exc: BaseException, skip: int) -> dict[str, str]:
@@ -95,8 +169,9 @@ def run_cell(shell: Any, source: str) -> dict[str, Any]:
     """
     out, err = BoundedStream(), BoundedStream()
     publisher = CapturingDisplayPublisher()
-    saved = sys.stdout, sys.stderr, shell.display_pub
-    sys.stdout, sys.stderr, shell.display_pub = out, err, publisher
+    stdout, stderr = routed_streams()
+    saved = shell.display_pub
+    stdout.target, stderr.target, shell.display_pub = out, err, publisher
     result: dict[str, str] | None = None
     error = None
     start = time.perf_counter()
@@ -114,14 +189,11 @@ def run_cell(shell: Any, source: str) -> dict[str, Any]:
         error["interrupted"] = isinstance(exc, KeyboardInterrupt)
     finally:
         wall = time.perf_counter() - start
-        sys.stdout, sys.stderr, shell.display_pub = saved
-    displays = []
-    for output in publisher.outputs:
-        data = {k: v for k, v in output["data"].items() if k in _KEPT_MIMES}
-        if "text/plain" in data:
-            data["text/plain"] = truncate(data["text/plain"])
-        if data:
-            displays.append(data)
+        try:
+            _flush_figures()  # what the inline backend would draw after the cell belongs in this rank's column
+        finally:
+            stdout.target, stderr.target, shell.display_pub = None, None, saved
+    displays = [data for output in publisher.outputs if (data := _kept(output["data"]))]
     return {
         "stdout": out.getvalue(),
         "stderr": err.getvalue(),

@@ -1,12 +1,14 @@
 """Side-by-side, per-rank display: HTML without JavaScript, and a text/plain fallback.
 
-Every rank's text is HTML-escaped; images are embedded only as validated
-base64 PNG/JPEG. Rows that are identical on every rank are shown once,
+Every rank's text is HTML-escaped (terminal colours become styled spans,
+through ansi2html, which escapes the text too); images are embedded only as
+validated base64 PNG/JPEG. Rows that are identical on every rank are shown once,
 marked identical; rows that differ are marked and shown per rank.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from dataclasses import dataclass, field
@@ -16,6 +18,20 @@ _B64 = re.compile(r"^[A-Za-z0-9+/=\s]+$")
 _DIFF_STYLE = "background:rgba(255,170,0,0.15)"
 _CELL_STYLE = "text-align:left;vertical-align:top;padding:2px 8px;border:1px solid rgba(128,128,128,0.35)"
 _PRE_STYLE = "margin:0;white-space:pre-wrap;word-break:break-word;font-size:12px;background:none"
+
+
+@functools.lru_cache(maxsize=1)
+def _ansi() -> Any:
+    from ansi2html import Ansi2HTMLConverter
+
+    return Ansi2HTMLConverter(inline=True)
+
+
+def text_html(text: str) -> str:
+    """Rank text as HTML: escaped, with terminal colours (ANSI escapes) turned into styled spans."""
+    if "\x1b[" not in text:
+        return html.escape(text)
+    return _ansi().convert(text, full=False)  # escapes the text itself; colours become inline styles
 
 
 @dataclass
@@ -28,10 +44,11 @@ class Cell:
     def render(self) -> str:
         if self.html is not None:
             return self.html
-        return f'<pre style="{_PRE_STYLE}">{html.escape(self.text)}</pre>'
+        return f'<pre style="{_PRE_STYLE}">{text_html(self.text)}</pre>'
 
     def key(self) -> str:
-        return self.html if self.html is not None and not self.text else self.text
+        """What must be equal on every rank for the row to be shown once: the text and any picture."""
+        return self.text if self.html is None else f"{self.text}\0{self.html}"
 
 
 @dataclass
@@ -119,8 +136,15 @@ def _images(displays: list[dict[str, str]]) -> str:
                 break
         else:
             text = data.get("text/plain", "")
-            parts.append(f'<pre style="{_PRE_STYLE}">{html.escape(text)}</pre>')
+            parts.append(f'<pre style="{_PRE_STYLE}">{text_html(text)}</pre>')
     return "".join(parts)
+
+
+def _result_cell(result: dict[str, str]) -> Cell:
+    """The last expression's value: its image when it has one, else its text."""
+    text = result.get("text/plain", "")
+    image = any(isinstance(result.get(m), str) for m in ("image/png", "image/jpeg"))
+    return Cell(text, _images([result]) if image else None)
 
 
 def _duration(seconds: float) -> str:
@@ -141,7 +165,7 @@ def cell_table(title: str, ranks: list[dict[str, Any]], captures: list[dict[str,
              _images(c["displays"]) if c.get("displays") else None)
         for c in captures
     ])
-    table.add("Out", [Cell((c.get("result") or {}).get("text/plain", "")) for c in captures])
+    table.add("Out", [_result_cell(c.get("result") or {}) for c in captures])
     table.add("error", [Cell((c.get("error") or {}).get("traceback", "")) for c in captures])
     table.add("stopped by nbdist", [Cell(c.get("cancelled", "")) for c in captures])
     return table
@@ -184,10 +208,13 @@ class JoinStatus:
         s = self.status
         joined = ", ".join(f"{i} ({info.get('host', '?')})" for i, info in sorted(s["joined"].items()))
         missing = ", ".join(str(i) for i in s["missing"]) or "none"
-        state = "world formed" if not s["missing"] else "waiting for ranks"
+        if s.get("server"):  # the rendezvous server does not answer yet
+            state = (f"waiting for the rendezvous server at {self.address}: {s['server']} "
+                     "(rank 0 starts it with %%dist_init)")
+        else:
+            state = f"{'world formed' if not s['missing'] else 'waiting for ranks'} at {self.address}"
         return [
-            f"nbdist: {state} at {self.address} · {len(s['joined'])}/{s['world_size']} joined · "
-            f"{s['elapsed']:.0f} s elapsed",
+            f"nbdist: {state} · {len(s['joined'])}/{s['world_size']} joined · {s['elapsed']:.0f} s elapsed",
             f"joined: {joined or 'none yet'}",
             f"missing: {missing}",
         ]
