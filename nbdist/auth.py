@@ -15,7 +15,7 @@ import hmac
 import os
 from typing import Any
 
-from .errors import JoinError
+from .errors import TokenError
 
 _ROUNDS = 100_000
 
@@ -33,16 +33,16 @@ def record(token: str | None) -> dict[str, str] | None:
 
 
 def check(marker: dict[str, Any], token: str | None, address: str) -> None:
-    """Raise :class:`JoinError` unless ``token`` matches what the server at ``address`` requires."""
+    """Raise :class:`TokenError` unless ``token`` matches what the server at ``address`` requires."""
     needed = marker.get("auth")
     if needed is None:
         if token:
-            raise JoinError(
+            raise TokenError(
                 f"this notebook has a token, but the server at {address} was started without one: "
                 "start rank 0 (or `nbdist serve`) with the same --token, or drop it here"
             )
         return
     if not token:
-        raise JoinError(f"the world at {address} needs a token: pass --token or set NBDIST_TOKEN")
+        raise TokenError(f"the world at {address} needs a token: pass --token or set NBDIST_TOKEN")
     if not hmac.compare_digest(_derive(token, bytes.fromhex(needed["salt"])), needed["hash"]):
-        raise JoinError(f"wrong token for the world at {address}")
+        raise TokenError(f"wrong token for the world at {address}")

@@ -11,7 +11,7 @@ import ipaddress
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .errors import ConfigError
 
@@ -60,6 +60,7 @@ class WorldConfig:
     debug: bool = False
     pg_timeout: float | None = None
     token: str | None = field(default=None, repr=False)
+    sources: dict[str, str] = field(default_factory=dict, compare=False)  # setting -> where its value came from
 
 
 def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -76,15 +77,16 @@ def resolve(
     """Merge flags, notebook variables and environment into a validated config."""
     envs = env_settings(environ)
     merged: dict[str, object] = {}
+    sources: dict[str, str] = {}
     for key, var in _SOURCES.items():
         if flags.get(key) is not None:
-            merged[key] = flags[key]
+            merged[key], sources[key] = flags[key], f"--{key.replace('_', '-')}"
         elif namespace.get(var) is not None:
-            merged[key] = namespace[var]
+            merged[key], sources[key] = namespace[var], f"{var} in the notebook"
         elif key in envs:
-            merged[key] = envs[key]
+            merged[key], sources[key] = envs[key], f"{var} in the environment"
     timeout = flags.get("timeout")
-    return validate(
+    cfg = validate(
         rank=merged.get("rank"),
         world_size=merged.get("world_size"),
         master_addr=merged.get("master_addr"),
@@ -97,6 +99,17 @@ def resolve(
         pg_timeout=flags.get("pg_timeout"),
         token=merged.get("token"),
     )
+    return replace(cfg, sources=sources)
+
+
+def describe_sources(cfg: WorldConfig) -> str:
+    """Where this notebook's settings came from, in one line (the init summary shows it)."""
+    shown = [("rank", cfg.rank), ("world_size", cfg.world_size), ("master_addr", cfg.master_addr),
+             ("master_port", cfg.master_port), ("backend", cfg.backend)]
+    parts = [f"{key.replace('_', ' ')} {value} ({cfg.sources.get(key, 'default')})" for key, value in shown]
+    if cfg.token:
+        parts.append(f"token ({cfg.sources.get('token', '?')})")
+    return "this notebook's settings: " + ", ".join(parts)
 
 
 def _as_int(name: str, value: object) -> int:

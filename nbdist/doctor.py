@@ -15,7 +15,7 @@ from typing import Any
 
 from . import netinfo
 from .errors import NbdistError
-from .store import _run_in_thread, connect, probe
+from .store import connect, probe, run_in_thread
 
 PROBE_TIMEOUT = 2.0
 
@@ -37,7 +37,7 @@ def _server_check(host: str, port: int, local: bool) -> Check:
     state = probe(host, port, PROBE_TIMEOUT)
     if state == "open":
         try:
-            client = _run_in_thread(lambda: connect(host, port, timeout=2.0), 5.0, "asking the server")
+            client = run_in_thread(lambda: connect(host, port, timeout=2.0), 5.0, "asking the server")
             marker = client.get_json("server")
             client.close()
         except NbdistError as exc:
@@ -115,7 +115,7 @@ def _suspicious(master: str, environ: Mapping[str, str], ranks: Sequence[Mapping
         checks.append(Check("master address", "FAIL", f"{master} in a world spanning {len(hosts)} hosts",
                             "use rank 0's network address in every notebook"))
     ifname = environ.get("GLOO_SOCKET_IFNAME")
-    if ifname and ifname not in netinfo.interfaces():
+    if ifname and ifname not in {name for _, name in socket.if_nameindex()}:
         checks.append(Check("GLOO_SOCKET_IFNAME", "FAIL", f"names {ifname!r}, which this host does not have",
                             "unset it (nbdist sets it from the route to the master)"))
     if netinfo.hostname_is_loopback():

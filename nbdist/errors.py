@@ -43,6 +43,10 @@ class JoinError(NbdistError, RuntimeError):
     """The world could not be formed (duplicate rank, world-size mismatch...)."""
 
 
+class TokenError(JoinError):
+    """The server wants another token than this notebook's (or none, or one where this notebook has none)."""
+
+
 class WaitTimeout(NbdistError, TimeoutError):
     """A wait for other ranks ran past its deadline."""
 
@@ -82,3 +86,10 @@ class CellMismatchError(NbdistError, RuntimeError):
 
 class CollectiveMismatchError(NbdistError, RuntimeError):
     """Ranks issued collectives that do not match (op, shape, dtype, root...)."""
+
+
+def by_name(name: str) -> type[NbdistError] | None:
+    """The nbdist error class of that name that a cell on another rank can raise with the same message."""
+    classes = (CollectiveMismatchError, CellMismatchError, PeerFailedError, PeerLostError, StoreConnectionError,
+               WaitTimeout, WorldChangedError)
+    return next((c for c in classes if c.__name__ == name), None)

@@ -1,25 +1,32 @@
 """Collective fingerprints: each collective a %%collective body issues is compared across ranks first.
 
-While the body runs, the collectives of ``torch.distributed`` are wrapped. A
-wrapped call publishes its fingerprint (op, shapes, dtypes, device types,
-root/src/dst, reduce op, sequence number) and waits until every rank has
-published the same sequence number; if any field differs, every rank raises
-:class:`CollectiveMismatchError` naming the ranks and the field, instead of
-hanging or silently mixing data. Point-to-point calls (send/recv) involve two
-ranks only and are not compared.
+While a body runs, every call of a ``torch.distributed`` collective reaches the
+cell's :class:`Checker` (through :mod:`nbdist.hooks`). A checked call publishes
+its fingerprint (op, shapes, dtypes, device types, root, reduce op) and waits
+until every member of its group has published the same sequence number; if a
+field differs, every member raises :class:`CollectiveMismatchError` naming the
+ranks and the field, and nothing is sent. Point-to-point calls (send/recv)
+involve two ranks only and are not compared.
+
+The checker also knows whether the body is inside a collective right now (the
+watcher cuts only then), and refuses to start a collective once the cell has
+been stopped: a cut group would fail it at once, and a collective that started
+after the stop could wait for ever.
 """
 
 from __future__ import annotations
 
-import functools
 import json
+import threading
+import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from .errors import CollectiveMismatchError, PeerFailedError
 from .world import World
 
-# op name -> names of its tensor arguments, in order (positional or keyword)
+# op name -> names of its tensor arguments
 OPS: dict[str, tuple[str, ...]] = {
     "all_reduce": ("tensor",),
     "broadcast": ("tensor",),
@@ -38,8 +45,11 @@ OPS: dict[str, tuple[str, ...]] = {
 }
 # Arguments that name a root, compared as they are.
 ROOTS = ("src", "dst", "group_src", "group_dst")
-# Lists whose length, not content, must agree (only the root fills them).
+# Lists whose content only the root provides: not compared.
 ROOT_ONLY = {"gather_list", "scatter_list"}
+
+WAIT_SLICE = timedelta(milliseconds=100)  # longest a body waits in C for a gloo collective at a time
+ABANDON_AFTER = 0.5  # seconds a collective may outlive the cut of its group before it is left behind
 
 
 def _describe(value: Any) -> Any:
@@ -53,114 +63,218 @@ def _describe(value: Any) -> Any:
     return None if value is None else repr(value)
 
 
-def fingerprint(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """What must match across ranks for this call to be the same collective."""
-    names = OPS[op]
-    bound = dict(zip(names, args, strict=False))
-    bound.update({k: v for k, v in kwargs.items() if k in names})
+def fingerprint(op: str, params: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What must match across ranks for this call to be the same collective (``params``: the op's parameters)."""
+    bound = dict(zip(params, args, strict=False))
+    bound.update(kwargs)
     fp: dict[str, Any] = {"op": op}
-    for name in names:
-        if name in ROOT_ONLY:
-            continue  # filled on the root only; its tensors are checked through the other argument
-        if name in bound:
+    for name in OPS[op]:
+        if name in bound and name not in ROOT_ONLY:
             fp[name] = _describe(bound[name])
-    positional_roots = {"broadcast": 1, "reduce": 1, "gather": 2, "scatter": 2, "broadcast_object_list": 1}
     for root in ROOTS:
-        if root in kwargs and kwargs[root] is not None:
-            fp[root] = kwargs[root]
-    if op in positional_roots and len(args) > positional_roots[op]:
-        fp["src/dst"] = args[positional_roots[op]]
-    reduce_position = {"all_reduce": 1, "reduce": 2, "reduce_scatter": 2, "reduce_scatter_tensor": 2}
-    if op in reduce_position:
-        pos = reduce_position[op]
-        fp["reduce_op"] = str(kwargs.get("op", args[pos] if len(args) > pos else "SUM"))
-    if op in ("all_gather_object", "broadcast_object_list") and args:
-        fp["object_list_len"] = len(args[0])
+        if bound.get(root) is not None:
+            fp[root] = bound[root]
+    if "op" in params:
+        fp["reduce_op"] = str(bound.get("op", "SUM"))
+    if op in ("all_gather_object", "broadcast_object_list") and bound.get("object_list") is not None:
+        fp["object_list"] = f"{len(bound['object_list'])} object(s)"
     return fp
 
 
-def differences(fps: list[dict[str, Any]]) -> list[str]:
-    """Fields that differ between ranks, each naming which ranks had which value."""
+# --- readable differences ---------------------------------------------------------
+def _tensor_text(desc: Any, keys: list[str]) -> str:
+    if isinstance(desc, dict):
+        return ", ".join(f"{k} {desc[k]}" if k != "shape" else f"shape {desc[k]}" for k in keys if k in desc)
+    if isinstance(desc, list):
+        return f"{len(desc)} tensor(s)"
+    return str(desc)
+
+
+def _varying(values: list[Any]) -> list[str]:
+    """Which of shape/dtype/device differ among tensor descriptions (all of them when they are not alike)."""
+    if all(isinstance(v, dict) for v in values):
+        return [k for k in ("shape", "dtype", "device") if len({json.dumps(v.get(k)) for v in values}) > 1]
+    return ["shape", "dtype", "device"]
+
+
+def _field_text(values: list[Any]) -> list[str]:
+    """Each rank's value of one differing field, in words."""
+    if all(isinstance(v, list) for v in values) and len({len(v) for v in values}) == 1:
+        parts: list[list[str]] = [[] for _ in values]
+        for i in range(len(values[0])):
+            column = [v[i] for v in values]
+            if len({json.dumps(c) for c in column}) > 1:
+                keys = _varying(column)
+                for p, c in zip(parts, column, strict=True):
+                    p.append(f"[{i}] {_tensor_text(c, keys)}")
+        return ["; ".join(p) for p in parts]
+    if any(isinstance(v, dict | list) for v in values):
+        keys = _varying(values)
+        return [_tensor_text(v, keys) for v in values]
+    return ["(absent)" if v is None else str(v) for v in values]
+
+
+def differences(fps: dict[int, dict[str, Any]]) -> list[str]:
+    """Fields that differ between ranks, each naming which ranks had which value, in words."""
     problems = []
-    for field in sorted({k for fp in fps for k in fp} - {"seq"}):
-        seen: dict[str, list[int]] = {}
-        for rank, fp in enumerate(fps):
-            seen.setdefault(json.dumps(fp.get(field, "(absent)")), []).append(rank)
-        if len(seen) > 1:
-            parts = "; ".join(f"rank(s) {', '.join(map(str, who))}: {json.loads(v)}" for v, who in seen.items())
-            problems.append(f"{field} differs ({parts})")
+    ranks = sorted(fps)
+    for name in sorted({k for fp in fps.values() for k in fp}):
+        values = [fps[r].get(name) for r in ranks]
+        if len({json.dumps(v) for v in values}) == 1:
+            continue
+        texts = _field_text(values)
+        groups: dict[str, list[int]] = {}
+        for rank, text in zip(ranks, texts, strict=True):
+            groups.setdefault(text, []).append(rank)
+        parts = "; ".join(f"rank(s) {', '.join(map(str, who))}: {text}" for text, who in groups.items())
+        problems.append(f"{name} differs ({parts})")
     return problems
 
 
 class Checker:
-    """Wraps torch.distributed's collectives for one cell body; compares each across ranks."""
+    """One cell's view of its collectives: compares each across the group's members, knows when it is inside one."""
 
-    def __init__(self, world: World, cell: str, timeout: float, compare: bool = True,
+    def __init__(self, world: World, cell: str, timeout: float, params: dict[str, list[str]], compare: bool = True,
                  on_tick: Callable[[], None] | None = None) -> None:
-        self.world, self.cell, self.timeout, self.compare = world, cell, timeout, compare
+        self.world, self.cell, self.timeout, self.params = world, cell, timeout, params
+        self.compare = compare
         self.on_tick = on_tick
-        self.count = 0
-        self._saved: dict[str, Callable[..., Any]] = {}
+        self.counts: dict[str, int] = {}  # group name -> collectives issued in this cell
+        self.inside: tuple[str, float] | None = None  # (what, since) while a collective runs
+        self.stopped: dict[str, Any] | None = None  # set by the watcher: why no collective may start
+        self.failed_inside = False
+        self.lock = threading.Lock()
 
-    def __enter__(self) -> Checker:
-        if self.compare:
-            import torch.distributed as dist
+    @property
+    def count(self) -> int:
+        return sum(self.counts.values())
 
-            for op in OPS:
-                original = getattr(dist, op, None)
-                if original is not None:
-                    self._saved[op] = original
-                    setattr(dist, op, self._wrap(op, original))
-        return self
+    def stop(self, info: dict[str, Any]) -> bool:
+        """No collective may start from now on; returns whether one is running (so the caller cuts)."""
+        with self.lock:
+            if self.stopped is None:
+                self.stopped = info
+            return self.inside is not None
 
-    def __exit__(self, *exc: object) -> None:
-        import torch.distributed as dist
+    def call(self, op: str, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+             p2p: bool = False) -> Any:
+        """Run one collective of the body: refuse if the cell was stopped, compare it, mark it as running."""
+        from .procgroup import group_name, members
 
-        for op, original in self._saved.items():
-            setattr(dist, op, original)
-        self._saved.clear()
+        group = group_arg(self.params[op], args, kwargs)
+        ranks = members(group)
+        if ranks is not None and self.world.rank not in ranks:
+            return original(*args, **kwargs)  # torch returns at once for a non-member
+        self._refuse_if_stopped()
+        what = op
+        if not p2p:
+            name = group_name(group)
+            n = self.counts.get(name, 0) + 1
+            if self.compare:
+                self.agree(fingerprint(op, self.params[op], args, kwargs), name, n, ranks)
+            self.counts[name] = n
+            what = f"collective #{n} ({op})"
+        with self.lock:
+            self._refuse_if_stopped()
+            self.inside = (what, time.monotonic())
+        pg = self.world.pg
+        if pg is not None:
+            pg.count(group, p2p)
+        try:
+            if pg is None or pg.backend != "gloo" or not self._can_wait_here(op, args, kwargs):
+                return original(*args, **kwargs)
+            self._wait(pg, original(*args, **{**kwargs, "async_op": True}))
+            return None
+        except Exception:
+            self.failed_inside = True  # a collective that failed: the group may be broken
+            raise
+        finally:
+            self.inside = None
 
-    def _wrap(self, op: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(original)
-        def checked(*args: Any, **kwargs: Any) -> Any:
-            self.agree(fingerprint(op, args, kwargs))
-            return original(*args, **kwargs)
+    def _can_wait_here(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether nbdist may run this call as async_op and wait for it itself (a blocking call the user made)."""
+        params = self.params[op]
+        if "async_op" not in params or params.index("async_op") < len(args):
+            return False  # no such argument, or given positionally: the call stays as it is
+        return not kwargs.get("async_op", False)
 
-        return checked
+    def _wait(self, pg: Any, work: Any) -> None:
+        """Wait for a gloo collective in slices, so that a stopped cell never waits on one for long.
 
-    def agree(self, fp: dict[str, Any]) -> None:
-        """Publish this rank's fingerprint for the next collective and compare everyone's."""
-        self.count += 1
-        seq = self.count
-        fp = {**fp, "seq": seq}
+        The watcher cuts the group when the cell is stopped, which fails the
+        collective at once. Gloo can lose one, though (a send that was under
+        way when its connection broke is never failed, and waits for the full
+        timeout: gloo/transport/tcp/pair.cc): such a collective is left behind,
+        and the group, which would wait for it when destroyed, is set aside.
+        """
+        if work is None:
+            return
+        stopped_at: float | None = None
+        while True:
+            try:
+                work.wait(WAIT_SLICE)
+                return
+            except RuntimeError:
+                if work.is_completed():
+                    raise  # the collective failed; else only this slice of the wait ran out
+            if self.stopped is not None:
+                stopped_at = stopped_at or time.monotonic()
+                if time.monotonic() - stopped_at > ABANDON_AFTER:
+                    pg.abandon()
+                    self._refuse_if_stopped()
+
+    def _refuse_if_stopped(self) -> None:
+        info = self.stopped
+        if info is None:
+            return
+        if info.get("kind") == "interrupted" and info.get("rank") == self.world.rank:
+            raise KeyboardInterrupt
+        raise PeerFailedError(f"{info.get('message', 'the cell was stopped')}; this collective was not started")
+
+    def agree(self, fp: dict[str, Any], name: str, seq: int, ranks: list[int] | None) -> None:
+        """Publish this rank's fingerprint for collective ``seq`` of group ``name``; compare its members'."""
         world, client = self.world, self.world.client
-        base = f"{self.cell}/fp/{seq}"
+        fp = {**fp, "seq": seq}
+        base = f"{self.cell}/fp/{name}/{seq}"
         client.set_json(world.key(f"{base}/{world.rank}"), fp)
         label = f"collective #{seq} ({fp['op']}) of this cell"
-        world.barrier(base, self.timeout, label, on_tick=lambda: self._peer_finished(seq, fp))
-        keys = [world.key(f"{base}/{i}") for i in range(world.world_size)]
-        fps = [json.loads(t) for t in client.multi_get(keys)]
-        problems = differences(fps)
+        world.barrier(base, self.timeout, label, on_tick=lambda: self._peer_finished(name, seq, fp, ranks),
+                      members=ranks)
+        who = ranks if ranks is not None else list(range(world.world_size))
+        texts = client.multi_get([world.key(f"{base}/{i}") for i in who])
+        problems = differences({i: json.loads(t) for i, t in zip(who, texts, strict=True)})
         if problems:
             raise CollectiveMismatchError(
-                f"collective #{seq} of this cell does not match across ranks: {'; '.join(problems)}. "
+                f"{label} does not match across ranks: {'; '.join(problems)}. "
                 "Nothing was sent; fix the cell so every rank issues the same collectives"
             )
 
-    def _peer_finished(self, seq: int, fp: dict[str, Any]) -> None:
-        """Fail if a rank ended its body (it published its output) without issuing collective ``seq``."""
+    def _peer_finished(self, name: str, seq: int, fp: dict[str, Any], ranks: list[int] | None) -> None:
+        """Fail if a member ended its body (it published its output) without issuing collective ``seq``."""
         if self.on_tick is not None:
             self.on_tick()
         world = self.world
-        for i in range(world.world_size):
+        for i in ranks if ranks is not None else range(world.world_size):
             if i == world.rank:
                 continue
             done = world.client.get_json_if(world.key(f"{self.cell}/out/{i}"))
-            if done is not None and done.get("collectives", 0) < seq:
+            if done is not None and (done.get("collectives") or {}).get(name, 0) < seq:
+                issued = (done.get("collectives") or {}).get(name, 0)
                 raise CollectiveMismatchError(
-                    f"{world.describe(i)} finished this cell after {done.get('collectives', 0)} collective(s), but "
+                    f"{world.describe(i)} finished this cell after {issued} collective(s), but "
                     f"{world.describe(world.rank)} issued #{seq} ({fp['op']}): the ranks run different collectives"
                 )
+
+
+def group_arg(params: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The ``group`` argument of a call (None: the default group); ``params``: the function's parameters."""
+    if "group" in kwargs:
+        return kwargs["group"]
+    if "group" in params:
+        i = params.index("group")
+        if i < len(args):
+            return args[i]
+    return None
 
 
 def raise_if_failed(world: World, cell: str) -> None:

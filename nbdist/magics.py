@@ -63,7 +63,7 @@ class DistMagics(Magics):
         }
         try:
             flags["env"] = envplan.parse_overrides(args.env)
-            cfg = config.resolve(flags, self.shell.user_ns)
+            cfg = config.resolve(flags, self.shell.user_ns, self.session.environ_for_config())
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
         address = f"{cfg.master_addr}:{cfg.master_port}"
@@ -87,7 +87,8 @@ class DistMagics(Magics):
                   DEVICE=self.session.device)
         display(summary_table(
             f"nbdist world · {cfg.world_size} rank(s) · rendezvous {address} · this notebook is rank {cfg.rank}",
-            ranks, footer=_version_note(ranks) + _replaced_note(self.session.world),
+            ranks, footer=" ".join(filter(None, [config.describe_sources(cfg), _version_note(ranks),
+                                                 _replaced_note(self.session.world)])),
         ))
 
     @magic_arguments()
@@ -102,11 +103,13 @@ class DistMagics(Magics):
         """Run this cell on every rank in lockstep; show every rank's output side by side.
 
         A barrier before and after the body keeps ranks together; ranks whose
-        code differs are refused before anything runs. Each torch.distributed
-        collective is compared across ranks before it runs. The table has one
-        column per rank; a failure on any rank (an exception, the stop button,
-        a rank that stopped responding) ends the cell on every rank, after the
-        table is shown. The next %%collective rebuilds the process group.
+        code (or these flags) differs are refused before anything runs. Each
+        torch.distributed collective is compared across the members of its
+        group before it runs. The table has one column per rank; a failure on
+        any rank (an exception, the stop button, a rank that is gone) ends the
+        cell on every rank, after the table is shown. The process group is kept
+        unless a collective was waiting on it; then the table says so, and the
+        next %%collective rebuilds it.
         """
         args = parse_argstring(self.collective, line)
         timeout = _seconds("--timeout", args.timeout)
@@ -117,9 +120,9 @@ class DistMagics(Magics):
         except (NbdistError, KeyboardInterrupt) as exc:
             partial = getattr(exc, "outcome", None)
             if partial is not None and world is not None:
-                _show_cell(world, partial.number, partial.captures)
+                _show_cell(world, partial)
             raise
-        _show_cell(self.session.world, outcome.number, outcome.captures)
+        _show_cell(self.session.world, outcome)
         error = cells.error_for(self.session.world, outcome)
         if error is not None:
             raise error
@@ -212,14 +215,30 @@ def _seconds(name: str, value: Any) -> float:
         raise UsageError(str(exc)) from None
 
 
-def _show_cell(world: Any, n: int, captures: list[dict[str, Any] | None]) -> None:
+def _show_cell(world: Any, outcome: cells.Outcome) -> None:
+    captures = outcome.captures
     shown = [c or {"stderr": "(no result from this rank)", "wall": 0.0} for c in captures]
-    title = f"%%collective #{n} · {world.world_size} ranks"
+    title = f"%%collective #{outcome.number} · {world.world_size} ranks"
     if any(c is None for c in captures):
         title += " · partial: some ranks sent no result"
     table = cell_table(title, world.ranks, shown)
+    table.footer = _group_note(outcome)
     if table.rows:  # like a plain cell, a cell that showed nothing on any rank shows nothing
         display(table)
+    elif table.footer:
+        display(Message(table.footer))
+
+
+def _group_note(outcome: cells.Outcome) -> str:
+    """What happened to the process group, and what user code must re-create."""
+    held = ", ".join(outcome.holders) or "DDP models and groups made with new_group"
+    if outcome.distrusted:
+        return (f"nbdist: the process group cannot be trusted after this cell ({outcome.distrusted}); every rank "
+                f"rebuilds it at the next %%collective. After that, re-create what held the old one: {held}.")
+    if outcome.rebuilt:
+        again = f" Re-create what held the old one: {held}." if outcome.holders else ""
+        return f"nbdist: the process group was rebuilt before this cell ({outcome.rebuilt}).{again}"
+    return ""
 
 
 def _version_note(ranks: list[dict[str, Any]]) -> str:
@@ -241,8 +260,12 @@ def _replaced_note(world: Any) -> str:
 
 def _alive(row: dict[str, Any]) -> str:
     age = row["heartbeat_age"]
+    if row.get("gone"):
+        return "NO: its kernel is gone"
     if age is None:
         return "no heartbeat"
+    if row["alive"] and row.get("busy", 0.0) > 2:
+        return f"yes, busy for {row['busy']:.0f} s (its Python is inside one long call)"
     return f"{'yes' if row['alive'] else 'NO'} (heartbeat {age:.1f} s ago)"
 
 
@@ -276,6 +299,8 @@ def load(shell: Any) -> None:
     shell.register_magics(magics)
     if bare_cell_magic_as_line not in shell.input_transformers_cleanup:
         shell.input_transformers_cleanup.append(bare_cell_magic_as_line)
+    shell.events.register("pre_run_cell", magics.session.before_cell)
+    shell.events.register("post_run_cell", magics.session.after_cell)
     atexit.register(magics.session.close)
 
 
@@ -286,6 +311,9 @@ def unload(shell: Any) -> None:
         return
     magics.session.close()
     atexit.unregister(magics.session.close)
+    for event, callback in (("pre_run_cell", magics.session.before_cell), ("post_run_cell", magics.session.after_cell)):
+        if callback in shell.events.callbacks[event]:
+            shell.events.unregister(event, callback)
     shell.input_transformers_cleanup[:] = [
         t for t in shell.input_transformers_cleanup if getattr(t, "__name__", "") != "bare_cell_magic_as_line"
     ]

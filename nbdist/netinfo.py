@@ -41,25 +41,51 @@ def interfaces() -> dict[str, str]:
     return found
 
 
+def interfaces6() -> dict[str, list[str]]:
+    """IPv6 addresses of each interface that has any, by name (Linux: /proc/net/if_inet6)."""
+    found: dict[str, list[str]] = {}
+    try:
+        with open("/proc/net/if_inet6") as f:
+            rows = f.read().splitlines()
+    except OSError:
+        return found
+    for row in rows:
+        fields = row.split()
+        if len(fields) == 6:
+            found.setdefault(fields[5], []).append(str(ipaddress.IPv6Address(bytes.fromhex(fields[0]))))
+    return found
+
+
 def resolve(host: str) -> str:
-    """The IPv4 address of ``host`` (raises socket.gaierror when it does not resolve)."""
-    return socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    """The address of ``host``, IPv4 if it has one, else IPv6 (raises socket.gaierror when it does not resolve)."""
+    infos = socket.getaddrinfo(host, None, socket.AF_UNSPEC, socket.SOCK_STREAM)
+    infos.sort(key=lambda info: info[0] != socket.AF_INET)
+    return infos[0][4][0]
+
+
+def _all_addresses() -> dict[str, str]:
+    """Every local address (IPv4 and IPv6), mapped to its interface's name."""
+    owners = {addr: name for name, addr in interfaces().items()}
+    for name, addrs in interfaces6().items():
+        for addr in addrs:
+            owners.setdefault(addr, name)
+    return owners
 
 
 def route_to(master: str, port: int = 29500) -> Route:
     """The local address and interface that traffic to ``master`` leaves from."""
     master_ip = resolve(master)
-    addrs = interfaces()
-    if master_ip in addrs.values() or ipaddress.ip_address(master_ip).is_loopback:
-        name = next((n for n, a in addrs.items() if a == master_ip), None)
+    owners = _all_addresses()
+    if master_ip in owners or ipaddress.ip_address(master_ip).is_loopback:
+        name = owners.get(master_ip)
         if name is None:
-            name = next((n for n, a in addrs.items() if ipaddress.ip_address(a).is_loopback), "lo")
+            name = next((n for a, n in owners.items() if ipaddress.ip_address(a).is_loopback), "lo")
         return Route(master_ip, master_ip, name, True)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    family = socket.AF_INET6 if ":" in master_ip else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
         s.connect((master_ip, port))  # UDP connect: a routing lookup, no packet sent
         local_ip = s.getsockname()[0]
-    name = next((n for n, a in addrs.items() if a == local_ip), "")
-    return Route(master_ip, local_ip, name, False)
+    return Route(master_ip, local_ip, owners.get(local_ip, ""), False)
 
 
 def hostname_is_loopback() -> bool:
@@ -70,19 +96,50 @@ def hostname_is_loopback() -> bool:
         return False
 
 
-def port_holder(port: int) -> str | None:
-    """'pid N: command line' of the local process listening on ``port``, if this host can tell."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+@dataclass(frozen=True)
+class TcpSocket:
+    """One row of the kernel's TCP tables."""
+
+    local: tuple[str, int]
+    remote: tuple[str, int]
+    listening: bool
+    inode: int
+
+
+def plain_ip(ip: str) -> str:
+    """An IPv4-mapped IPv6 address as plain IPv4 ("::ffff:127.0.0.1" -> "127.0.0.1")."""
+    return ip.removeprefix("::ffff:") if ip.startswith("::ffff:") and "." in ip else ip
+
+
+def decode_endpoint(field: str) -> tuple[str, int]:
+    """An endpoint as /proc/net/tcp{,6} writes it: hex address words in host byte order, then the port."""
+    hex_ip, hex_port = field.split(":")
+    raw = bytes.fromhex(hex_ip)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    family = socket.AF_INET if len(raw) == 4 else socket.AF_INET6
+    return plain_ip(socket.inet_ntop(family, words)), int(hex_port, 16)
+
+
+def tcp_sockets(proc: str = "/proc/net") -> list[TcpSocket]:
+    """The TCP sockets of this network namespace (Linux; empty elsewhere)."""
+    found = []
+    for table in ("tcp", "tcp6"):
         try:
-            with open(table) as f:
+            with open(f"{proc}/{table}") as f:
                 rows = f.read().splitlines()[1:]
         except OSError:
             continue
         for row in rows:
             fields = row.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{fields[9]}]")
+            if len(fields) > 9:
+                found.append(TcpSocket(decode_endpoint(fields[1]), decode_endpoint(fields[2]), fields[3] == "0A",
+                                       int(fields[9])))
+    return found
+
+
+def port_holder(port: int) -> str | None:
+    """'pid N: command line' of the local process listening on ``port``, if this host can tell."""
+    inodes = {f"socket:[{s.inode}]" for s in tcp_sockets() if s.listening and s.local[1] == port}
     if not inodes:
         return None
     for fd in glob.glob("/proc/[0-9]*/fd/*"):

@@ -44,12 +44,18 @@ def join(
     world_size: int,
     timeout: float,
     on_status: StatusCallback | None = None,
+    deadline: float | None = None,
 ) -> World:
-    """Claim ``me["rank"]`` in the current round and wait until every rank has joined."""
+    """Claim ``me["rank"]`` in the current round and wait until every rank has joined.
+
+    ``timeout`` is the --timeout the user gave (named in messages); ``deadline``
+    (monotonic) is when to give up, if the join started before this call (the
+    elapsed time shown counts from then).
+    """
     rank = me["rank"]
     session = me["session"]
-    deadline = time.monotonic() + timeout
-    started = time.monotonic()
+    started = time.monotonic() if deadline is None else deadline - timeout
+    deadline = started + timeout
     while True:
         r = current_round(client)
         ready = client.check([f"r/{r}/ready"])
@@ -157,7 +163,7 @@ def _wait_until_formed(
             status = _join_status(client, r, world_size, now - started)
             missing = ", ".join(str(i) for i in status["missing"])
             raise WaitTimeout(
-                f"not every rank joined within {timeout:g} s; missing rank(s) {missing}. "
+                f"not every rank joined within --timeout {timeout:g} s; missing rank(s) {missing}. "
                 "Run %%dist_init in their notebooks, or raise --timeout"
             )
         time.sleep(POLL_INTERVAL)
@@ -186,19 +192,37 @@ def _claimants(client: StoreClient, r: int, exclude: str) -> list[str]:
 
 def any_alive(client: StoreClient, sessions: list[str], window: float = 2.5) -> bool:
     """Whether any of these sessions' heartbeats moves within ``window`` seconds."""
-    if not sessions:
-        return False
+    return bool(alive_sessions(client, sessions, window, first_only=True))
+
+
+def alive_sessions(client: StoreClient, sessions: list[str], window: float = 2.5,
+                   first_only: bool = False) -> set[str]:
+    """The sessions whose heartbeats move within ``window`` seconds (and do not say "gone")."""
     first = {s: client.get_json_if(f"hb/{s}") for s in sessions}
+    pending = [s for s in sessions if not (first[s] or {}).get("gone")]  # its pulse saw the kernel end
+    alive: set[str] = set()
     deadline = time.monotonic() + window
-    while time.monotonic() < deadline:
+    while pending and time.monotonic() < deadline:
         time.sleep(POLL_INTERVAL)
-        for s in sessions:
+        for s in list(pending):
             now = client.get_json_if(f"hb/{s}")
-            if now is not None and first[s] is not None and now.get("n") != first[s].get("n"):
-                return True
-            if now is not None and first[s] is None:
-                return True
-    return False
+            if now is None or now.get("gone"):
+                continue
+            if first[s] is None or now.get("n") != first[s].get("n"):
+                alive.add(s)
+                pending.remove(s)
+                if first_only:
+                    return alive
+    return alive
+
+
+def live_peers(client: StoreClient, session: str) -> list[dict[str, Any]]:
+    """Registrations of the current round held by other live sessions that have not left."""
+    r = current_round(client)
+    claims = {i: info for i, info in _joined(client, r).items()
+              if info["session"] != session and not client.check([f"r/{r}/left/{i}"])}
+    alive = alive_sessions(client, [info["session"] for info in claims.values()])
+    return [info for info in claims.values() if info["session"] in alive]
 
 
 def _duplicate(rank: int, holder: dict[str, Any]) -> JoinError:

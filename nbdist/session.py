@@ -12,14 +12,19 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__, backends, cells, envplan, netinfo, rendezvous
+from . import __version__, backends, capture, cells, envplan, netinfo, rendezvous
 from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig, is_local_address
-from .errors import ConfigError, JoinError, NotInitializedError, StoreConnectionError
+from .errors import ConfigError, JoinError, NotInitializedError, StoreConnectionError, TokenError
+from .hooks import Collectives
 from .procgroup import ProcessGroup, destroy_default
-from .store import Server, StoreClient, _run_in_thread, connect, probe
+from .pulse import Pulse
+from .store import Server, StoreClient, connect, probe, run_in_thread
 from .world import World
 
 log = logging.getLogger(__name__)
+
+TOKEN_GRACE = 5.0  # seconds a refused token is tried again (the server's rank may be restarting it)
+
 
 def _node_id() -> str:
     """Identifies this machine, to tell which ranks share a host (and so local ranks)."""
@@ -40,31 +45,56 @@ _UNREACHABLE = {
 
 
 class Heartbeat:
-    """A thread that bumps this session's heartbeat counter every second."""
+    """Proves this kernel is alive: its pulse process beats in the store, and this thread feeds it.
+
+    The pulse (:mod:`nbdist.pulse`) keeps beating while the kernel's Python is
+    busy in one long C call, and says "gone" when the kernel dies. Until its
+    first beat shows (about 0.1 s), or if it cannot run, this thread writes
+    the beats itself, as a plain heartbeat.
+    """
 
     def __init__(self, client: StoreClient, session: str, rank: int) -> None:
         self._client, self._key, self._rank = client, f"hb/{session}", rank
         self._stop = threading.Event()
+        self.pulse: Pulse | None = None
+        try:
+            self.pulse = Pulse.start(client.host, client.port, self._key, rank)
+        except OSError as exc:
+            log.warning("nbdist: no pulse process (%s); liveness falls back to a thread, which a long C call "
+                        "holding the GIL stops", exc)
         self._thread = threading.Thread(target=self._run, name="nbdist-heartbeat", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        n = 0
+        n, pulsing = 0, False
         while not self._stop.is_set():
-            n += 1
+            pulse = self.pulse
             try:
-                self._client.set_json(self._key, {"n": n, "t": time.time(), "rank": self._rank})
+                if pulse is not None and pulse.running:
+                    pulse.beat()
+                    if not pulsing:
+                        beat = self._client.get_json_if(self._key)
+                        pulsing = beat is not None and beat.get("pulse") == pulse.pid
+                elif pulsing:
+                    log.warning("nbdist: the pulse process ended (%s); this thread beats instead",
+                                pulse.error() if pulse is not None else "")
+                    pulsing = False
+                if not pulsing:
+                    n += 1
+                    self._client.set_json(self._key, {"n": -n, "t": time.time(), "rank": self._rank})
             except StoreConnectionError as exc:
                 log.warning("nbdist heartbeat stopped: %s", exc)
                 return
-            self._stop.wait(HEARTBEAT_INTERVAL)
+            self._stop.wait(HEARTBEAT_INTERVAL / 2)
 
     def stop(self) -> None:
-        """Stop beating and remove the key; idempotent."""
+        """Stop beating (the pulse too, without it saying "gone") and remove the key; idempotent."""
         if self._stop.is_set():
             return
         self._stop.set()
         self._thread.join(timeout=2 * HEARTBEAT_INTERVAL)
+        if self.pulse is not None:
+            self.pulse.stop()
         try:
             self._client.delete(self._key)
         except StoreConnectionError:
@@ -89,7 +119,10 @@ class Session:
         self.local_rank = 0
         self.env_plan: list[envplan.EnvVar] = []
         self._applied: dict[str, str] = {}  # what nbdist itself put in os.environ
+        self._replaced: dict[str, str | None] = {}  # what those variables held before nbdist set them
         self.pg_timeout = envplan.PG_TIMEOUT
+        self.hooks = Collectives()
+        self.cell_entered = False  # whether the running notebook cell's %%collective reached the protocol
 
     # --- joining ------------------------------------------------------------
     def init(self, cfg: WorldConfig, on_status: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
@@ -120,17 +153,18 @@ class Session:
             "agreed": envplan.agreed_values(self.choice.backend, self.env_plan),
             "env": [f"{v.key}={v.value}  # {v.source}" for v in self.env_plan if v.value is not None],
         }
-        remaining = max(1.0, deadline - time.monotonic())
-        self.world = rendezvous.join(self.client, me, cfg.world_size, remaining, on_status)
+        self.world = rendezvous.join(self.client, me, cfg.world_size, cfg.timeout, on_status, deadline=deadline)
         problems = envplan.disagreements(self.world.ranks)
         if problems:
             self.world = None
             raise JoinError("; ".join(problems) + ". Use the same values in every notebook, then re-run %%dist_init")
         self._settle_devices()
         self._set_environment(cfg)
+        self.hooks.group_timeout = self.pg_timeout
+        self.hooks.install()
         if self.world.replaced is None:
             self.world.gen = self.world.store_generation()
-            self.ensure_process_group()
+            self.rebuild_process_group("join")
         self.world.note("joined")
         return self.world.ranks
 
@@ -140,17 +174,37 @@ class Session:
             route = netinfo.route_to(cfg.master_addr, cfg.master_port)
         except OSError as exc:
             raise ConfigError(f"the master address {cfg.master_addr!r} does not resolve or route: {exc}") from None
-        environ = {k: v for k, v in os.environ.items() if self._applied.get(k) != v}
-        return envplan.plan(backend, route, environ, cfg.env, cfg.debug)
+        return envplan.plan(backend, route, self.environ_for_config(), cfg.env, cfg.debug)
 
     def _apply_plan(self, cfg: WorldConfig) -> None:
         assert self.choice is not None
         self.env_plan = self.plan_for(cfg, self.choice.backend)
         self.pg_timeout = envplan.process_group_timeout(self.choice.backend, self.env_plan, cfg.pg_timeout)
-        for var in self.env_plan:
-            if var.value is not None:
-                os.environ[var.key] = var.value
-                self._applied[var.key] = var.value
+        self._setenv({var.key: var.value for var in self.env_plan if var.value is not None})
+
+    def _setenv(self, values: dict[str, str]) -> None:
+        """Set environment variables, remembering what they held, so that leaving puts them back."""
+        for key, value in values.items():
+            if key not in self._replaced:
+                self._replaced[key] = os.environ.get(key)
+            os.environ[key] = value
+            self._applied[key] = value
+
+    def _restore_environment(self) -> None:
+        """Put back what nbdist changed in os.environ, where the value is still nbdist's."""
+        for key, old in self._replaced.items():
+            if os.environ.get(key) != self._applied.get(key):
+                continue  # changed since by someone else: theirs
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+        self._replaced.clear()
+        self._applied.clear()
+
+    def environ_for_config(self) -> dict[str, str]:
+        """The environment as the user set it: values nbdist itself set are left out."""
+        return {k: v for k, v in os.environ.items() if self._applied.get(k) != v}
 
     def _reach_server(self, cfg: WorldConfig, deadline: float, on_status: Callable[[Any], None] | None) -> StoreClient:
         host, port = cfg.master_addr, cfg.master_port
@@ -158,7 +212,10 @@ class Session:
         if hosting and (self.server.host, self.server.port) != (host, port):
             self.server.stop()
             self.server = None
+        elif hosting and self.server.token != cfg.token:
+            self._restart_server_for_token(cfg)
         local = is_local_address(host)
+        token_refused: float | None = None
         while True:
             state = probe(host, port)
             if state == "open":
@@ -166,7 +223,20 @@ class Session:
                 if local and not (self.server is not None and self.server.running):
                     holder = netinfo.port_holder(port)
                 connect_timeout = min(TIMEOUTS["connect"], max(1.0, deadline - time.monotonic()))
-                return connect(host, port, connect_timeout, token=cfg.token, holder=holder)
+                try:
+                    return connect(host, port, connect_timeout, token=cfg.token, holder=holder)
+                except TokenError as exc:
+                    # The server's notebook may be restarting it with this token right now (both re-ran
+                    # %%dist_init with a new one): try again for a few seconds before saying so.
+                    now = time.monotonic()
+                    token_refused = now if token_refused is None else token_refused
+                    if now - token_refused > TOKEN_GRACE or now > deadline:
+                        raise
+                    if on_status is not None:
+                        on_status(f"nbdist: {exc}; trying again for {TOKEN_GRACE:g} s, in case rank 0 is restarting "
+                                  "its server with this notebook's token")
+                    time.sleep(0.5)
+                    continue
             if cfg.rank == 0 and state == "refused" and local:
                 try:
                     self.server = Server(host, port, token=cfg.token)
@@ -178,9 +248,28 @@ class Session:
                 raise StoreConnectionError(f"{_UNREACHABLE[state].format(addr=f'{host}:{port}')} "
                                            f"(waited {cfg.timeout:g} s)")
             if on_status is not None:
-                on_status(f"nbdist: waiting for the rendezvous server at {host}:{port}: {state}. "
-                          "Rank 0 starts it when it runs %%dist_init")
+                on_status({"world_size": cfg.world_size, "joined": {}, "missing": list(range(cfg.world_size)),
+                           "elapsed": cfg.timeout - (deadline - time.monotonic()), "server": state})
             time.sleep(0.5)
+
+    def _restart_server_for_token(self, cfg: WorldConfig) -> None:
+        """A new token on the rank hosting the server takes effect: restart it, if nobody else uses it."""
+        assert self.server is not None
+        address = f"{self.server.host}:{self.server.port}"
+        client = connect(self.server.host, self.server.port, TIMEOUTS["connect"], token=self.server.token)
+        try:
+            others = rendezvous.live_peers(client, self.id)
+        finally:
+            client.close()
+        if others:
+            who = ", ".join(f"rank {o['rank']} ({o.get('host', '?')}, pid {o.get('pid', '?')})" for o in others)
+            was = "with another token" if self.server.token else "without a token"
+            raise JoinError(
+                f"this notebook hosts the rendezvous server at {address}, started {was}, and {who} still "
+                "use(s) it: run %dist_destroy in those notebooks first, then re-run %%dist_init here and there"
+            )
+        self.server.stop()
+        self.server = None
 
     def _settle_devices(self) -> None:
         """Default devices follow the local rank: the index among ranks on the same host."""
@@ -198,7 +287,7 @@ class Session:
         self.device = backends.activate(self.choice)
 
     def _set_environment(self, cfg: WorldConfig) -> None:
-        os.environ.update({
+        self._setenv({
             "RANK": str(cfg.rank),
             "WORLD_SIZE": str(cfg.world_size),
             "LOCAL_RANK": str(self.local_rank),
@@ -206,33 +295,32 @@ class Session:
             "MASTER_PORT": str(cfg.master_port),
         })
 
-    def ensure_process_group(self) -> None:
-        """Build this generation's process group if there is none (every rank does it at the same point)."""
+    def rebuild_process_group(self, tag: str) -> None:
+        """Build this world's process group afresh (every rank does it at the same point)."""
         world = self.world
         assert world is not None and self.client is not None and self.choice is not None
-        if world.pg is not None:
-            return
+        old, world.pg, self.hooks.pg = world.pg, None, None
+        if old is not None:
+            old.cut("rebuilt")  # nothing may still wait on it, or destroying it would hang
+            old.destroy()
         destroy_default()
-        store = self.client.clone().raw()
-        prefix = f"nbdist/r/{world.round}/pg/{world.gen}/"
-        master = (netinfo.resolve(self.client.host), self.client.port)
+        store = self.client.clone(op_timeout=self.pg_timeout).raw()
+        prefix = f"nbdist/r/{world.round}/pg/{world.gen}/{tag}/"
 
         def build() -> ProcessGroup:
-            return ProcessGroup(self.choice.backend, store, prefix, world.rank, world.world_size,
-                                self.pg_timeout, exclude_peer=master)
+            return ProcessGroup(self.choice.backend, store, prefix, world.rank, world.world_size, self.pg_timeout)
 
-        world.pg = _run_in_thread(build, self.pg_timeout, "initialising the process group")
+        world.pg = run_in_thread(build, self.pg_timeout, "initialising the process group")
+        self.hooks.pg = world.pg
 
     def _sync_generation(self, world: World) -> None:
-        """Follow the world to a new generation: drop the old process group, renumber, re-read ranks."""
+        """Follow the world to a new generation (a rank was replaced): renumber, re-read ranks.
+
+        The process group stays until the ranks decide, at the start of a cell, to rebuild it.
+        """
         gen = world.store_generation()
-        if gen == world.gen:
-            return
-        if world.pg is not None:
-            world.pg.cut()
-            world.pg.destroy()
-            world.pg = None
-        world.enter_generation(gen)
+        if gen != world.gen:
+            world.enter_generation(gen)
 
     # --- using the world ----------------------------------------------------
     def require_world(self, what: str) -> World:
@@ -246,8 +334,9 @@ class Session:
         assert self._watch_client is not None
         try:
             self._sync_generation(world)
-            return cells.run(world, self.shell, source, timeout, self._watch_client, self.ensure_process_group,
-                             check=check, same_code=same_code)
+            return cells.run(world, self.shell, source, timeout, self._watch_client, self.hooks.params,
+                             activate=self._activate, rebuild=self.rebuild_process_group,
+                             check=check, same_code=same_code, entered=self._entered)
         except StoreConnectionError as exc:
             marker = world.client.marker
             hosts = [i for i, r in enumerate(world.ranks)
@@ -256,6 +345,35 @@ class Session:
             failure = StoreConnectionError(f"lost contact with {owner}: {exc}")
             failure.outcome = getattr(exc, "outcome", None)  # type: ignore[attr-defined]
             raise failure from exc
+
+    def _activate(self, checker: Any) -> None:
+        self.hooks.active = checker
+
+    def _entered(self) -> None:
+        self.cell_entered = True
+
+    def before_cell(self, *_: Any) -> None:
+        """IPython's pre_run_cell event."""
+        self.cell_entered = False
+
+    def after_cell(self, result: Any) -> None:
+        """IPython's post_run_cell event: a %%collective stopped before its turn still takes it, closed.
+
+        The stop button can land before nbdist's code runs (IPython, the magic's
+        flags); without this, the other ranks would wait for this one until their
+        --timeout.
+        """
+        raw = getattr(getattr(result, "info", None), "raw_cell", "") or ""
+        error = getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None)
+        if self.world is None or self.cell_entered or error is None or not raw.lstrip().startswith("%%collective"):
+            return
+        interrupted = isinstance(error, KeyboardInterrupt)
+        why = "interrupted its cell" if interrupted else f"could not start its cell ({type(error).__name__}: {error})"
+        try:
+            self._sync_generation(self.world)
+            cells.abandon(self.world, why, interrupted)
+        except StoreConnectionError as exc:
+            log.info("could not tell the others this rank's cell did not start: %s", exc)
 
     def barrier(self, timeout: float) -> float:
         """All ranks meet; returns the seconds this rank waited."""
@@ -279,7 +397,9 @@ class Session:
             age = None if beat is None else max(0.0, now - beat["t"])
             rows.append({
                 **info,
-                "alive": beat is not None and age is not None and age < 5 * HEARTBEAT_INTERVAL,
+                "alive": beat is not None and age is not None and age < 5 * HEARTBEAT_INTERVAL and not beat.get("gone"),
+                "gone": bool(beat and beat.get("gone")),
+                "busy": float((beat or {}).get("busy") or 0.0),
                 "heartbeat_age": age,
                 "last": last.get("what", ""),
                 "last_age": None if not last else max(0.0, now - last["t"]),
@@ -296,9 +416,12 @@ class Session:
             except StoreConnectionError as exc:
                 log.info("could not tell the others this rank left: %s", exc)
             if self.world.pg is not None:
-                self.world.pg.cut()  # nothing may still wait on it, or destroying it would hang
+                self.world.pg.cut("left")  # nothing may still wait on it, or destroying it would hang
+                self.world.pg.destroy()
             self.world = None
+        self.hooks.active, self.hooks.pg = None, None
         destroy_default()
+        self._restore_environment()
         if self._watch_client is not None:
             self._watch_client.close()
             self._watch_client = None
@@ -313,6 +436,8 @@ class Session:
     def close(self) -> None:
         """Leave, and stop the server this kernel hosts; idempotent (teardown, unload, exit)."""
         self.leave()
+        self.hooks.uninstall()
+        capture.unroute_streams()
         if self.server is not None:
             self.server.stop()
             self.server = None

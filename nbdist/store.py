@@ -86,7 +86,7 @@ def bound_connections(host: str, port: int, seconds: float = OP_TIMEOUT) -> int:
     return count
 
 
-def _run_in_thread(fn: Callable[[], Any], seconds: float, what: str) -> Any:
+def run_in_thread(fn: Callable[[], Any], seconds: float, what: str) -> Any:
     """Run a blocking torch call in a daemon thread; wait in interruptible slices."""
     box: dict[str, Any] = {}
     done = threading.Event()
@@ -115,6 +115,7 @@ class Server:
     def __init__(self, host: str, port: int, token: str | None = None) -> None:
 
         self.host, self.port = host, port
+        self.token = token  # kept in memory only: the store holds a salted hash
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -321,7 +322,7 @@ def connect(host: str, port: int, timeout: float = TIMEOUTS["connect"], token: s
 
     on_port = f" (held by {holder})" if holder else ""
     try:
-        store = _run_in_thread(make, min(timeout, HANDSHAKE_TIMEOUT), f"connecting to {host}:{port}")
+        store = run_in_thread(make, min(timeout, HANDSHAKE_TIMEOUT), f"connecting to {host}:{port}")
     except WaitTimeout as exc:
         raise NotNbdistServerError(
             f"{host}:{port}{on_port} accepts connections but does not answer like an nbdist server; "

@@ -1,11 +1,19 @@
-"""A watcher beside a running %%collective body: it ends a stuck collective for a reason.
+"""A watcher beside a running %%collective body: it stops the cell for a reason, and cuts only when it must.
 
 While the body runs on the kernel's main thread, this thread watches, every
 0.1 s, for: another rank's failure in this cell (its ``failed`` key), a rank
-whose heartbeat stopped, the rendezvous server going away, and the stop
-button. SIGINT cannot interrupt a blocking collective, so the watcher sees it
-through ``signal.set_wakeup_fd`` and *cuts* the process group (see
-:mod:`nbdist.procgroup`): the pending collective fails at once on every rank.
+that is gone (see :class:`~nbdist.world.PeerTracker`), the rendezvous server
+going away, and the stop button (SIGINT, seen through ``signal.set_wakeup_fd``,
+since it is not delivered while C++ blocks).
+
+Stopping the cell means: no collective may start any more (the cell's
+:class:`~nbdist.fingerprint.Checker` refuses it). The process group is *cut*
+(see :mod:`nbdist.procgroup`) only when a collective may be waiting: the body
+is inside one, or inside torch code that runs them (DDP's backward, a name
+imported before nbdist wrapped it), or a rank is gone, or the stop button was
+pressed and the body has not ended a second later. A body that is computing
+is left alone, so a failure elsewhere does not break groups and DDP models
+that nothing was waiting on.
 """
 
 from __future__ import annotations
@@ -15,31 +23,52 @@ import logging
 import os
 import select
 import signal
+import sys
 import threading
+import time
 from typing import Any
 
 from .config import POLL_INTERVAL
 from .errors import NbdistError, PeerLostError, StoreConnectionError
+from .fingerprint import Checker
 from .store import StoreClient
-from .world import World, bump_generation
+from .world import World
 
 log = logging.getLogger(__name__)
 
+# A stop button the body has not answered this long is taken to be stuck in C code: cut.
+INTERRUPT_GRACE = 1.0
+# A collective that lasts this long is noted in the store, for the others' messages and %dist_status.
+LONG_COLLECTIVE = 0.5
+# Where torch runs collectives that nbdist's wrappers do not see.
+_COLLECTIVE_CODE = tuple(os.path.join("torch", part, "") for part in ("distributed", os.path.join("nn", "parallel"),
+                                                                         "autograd"))
+
 
 def publish_failure(client: StoreClient, world: World, cell: str, info: dict[str, Any]) -> dict[str, Any]:
-    """Record the first failure of a cell (first one wins) and ask for a new process group."""
+    """Record the first failure of a cell (first one wins); returns the one that won."""
     first = client.compare_set(world.key(f"{cell}/failed"), "", json.dumps(info))
-    bump_generation(client, world.key("gen"), world.gen)
     return json.loads(first)
 
 
-class CellWatch:
-    """Watches one cell of one rank; :attr:`reason` says why it cut the process group, if it did."""
+def in_collective_code(thread_id: int) -> bool:
+    """Whether a thread's innermost Python frame is in torch code that runs collectives."""
+    frame = sys._current_frames().get(thread_id)
+    return frame is not None and any(part in frame.f_code.co_filename for part in _COLLECTIVE_CODE)
 
-    def __init__(self, world: World, client: StoreClient, cell: str) -> None:
-        self.world, self.client, self.cell = world, client, cell
+
+class CellWatch:
+    """Watches one cell of one rank. :attr:`reason` says why it stopped the cell, :attr:`cut` whether it cut."""
+
+    def __init__(self, world: World, client: StoreClient, cell: str, checker: Checker, label: str = "") -> None:
+        self.world, self.client, self.cell, self.checker = world, client, cell, checker
+        self.cell_label = label or cell
+        self._noted: tuple[str, float] | None = None
         self.reason: dict[str, Any] | None = None
         self.interrupted = False
+        self.cut = False
+        self._interrupted_at = 0.0
+        self._body = threading.get_ident()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nbdist-watch", daemon=True)
         self._read_fd, self._write_fd = os.pipe()
@@ -68,29 +97,71 @@ class CellWatch:
             if ready:
                 data = os.read(self._read_fd, 64)
                 self._forward(data)
-                if signal.SIGINT in data:
-                    self.interrupted = True
-                    self._cut({"rank": self.world.rank, "kind": "interrupted",
-                               "message": f"{self.world.describe(self.world.rank)} interrupted its cell"})
-                    return
+                if signal.SIGINT in data and not self.interrupted:
+                    self.interrupted, self._interrupted_at = True, time.monotonic()
+                    self._stop_cell({"rank": self.world.rank, "kind": "interrupted",
+                                     "message": f"{self.world.describe(self.world.rank)} interrupted its cell"},
+                                    publish=True)
             if self._stop.is_set():
                 return
+            if self.reason is None:
+                self._look_around(failed_key)
+            self._cut_if_needed()
+            self._note_long_collective()
+
+    def _look_around(self, failed_key: str) -> None:
+        try:
+            text = self.client.get_if(failed_key)
+            if text is not None:
+                info = json.loads(text)
+                if info["rank"] != self.world.rank:
+                    self._stop_cell(info, publish=False)
+                    return
+            self.world.check_peers(self.client)
+        except PeerLostError as exc:
+            self._stop_cell({"rank": -1, "kind": "lost", "message": str(exc)}, publish=True)
+        except StoreConnectionError as exc:
+            self._stop_cell({"rank": -1, "kind": "server", "message": str(exc)}, publish=False)
+        except NbdistError as exc:
+            log.warning("nbdist watcher: %s", exc)
+
+    def _stop_cell(self, info: dict[str, Any], publish: bool) -> None:
+        log.debug("%s: stopping (%s); inside %s", self.cell, info.get("message"), self.checker.inside)
+        if self.reason is None:
+            self.reason = info
+        if publish:
             try:
-                text = self.client.get_if(failed_key)
-                if text is not None:
-                    info = json.loads(text)
-                    if info["rank"] != self.world.rank:
-                        self._cut(info, publish=False)
-                        return
-                self.world.check_peers(self.client)
-            except PeerLostError as exc:
-                self._cut({"rank": -1, "kind": "lost", "message": str(exc)})
-                return
+                publish_failure(self.client, self.world, self.cell, info)
             except StoreConnectionError as exc:
-                self._cut({"rank": -1, "kind": "server", "message": str(exc)}, publish=False)
-                return
-            except NbdistError as exc:
-                log.warning("nbdist watcher: %s", exc)
+                log.info("could not tell the others: %s", exc)
+        self.checker.stop(info)
+
+    def _cut_if_needed(self) -> None:
+        if self.cut or self.reason is None or self.world.pg is None:
+            return
+        must = (
+            self.reason.get("kind") == "lost"  # the group has a dead member: nothing on it can complete
+            or self.checker.inside is not None
+            or in_collective_code(self._body)
+            or (self.interrupted and time.monotonic() - self._interrupted_at > INTERRUPT_GRACE)
+        )
+        if must:
+            self.cut = True
+            log.debug("%s: cutting; inside %s", self.cell, self.checker.inside)
+            self.world.pg.cut(self.reason.get("message", ""))
+
+    def _note_long_collective(self) -> None:
+        """Tell the others (and %dist_status) which collective this rank has been inside for a while."""
+        inside = self.checker.inside
+        if inside is None or inside == self._noted or time.monotonic() - inside[1] < LONG_COLLECTIVE:
+            return
+        self._noted = inside
+        try:
+            self.client.set_json(self.world.key(f"last/{self.world.rank}"),
+                                 {"what": f"inside {inside[0]} of {self.cell_label}", "t": time.time(),
+                                  "collective": inside[0]})
+        except StoreConnectionError as exc:
+            log.info("could not note the collective: %s", exc)
 
     def _forward(self, data: bytes) -> None:
         """Hand signal bytes on to the previous wakeup fd (the event loop's), minus our own wake-up."""
@@ -100,13 +171,3 @@ class CellWatch:
                 os.write(self._old_wakeup, data)
             except OSError as exc:
                 log.debug("could not forward signal bytes: %s", exc)
-
-    def _cut(self, info: dict[str, Any], publish: bool = True) -> None:
-        self.reason = info
-        if publish:
-            try:
-                publish_failure(self.client, self.world, self.cell, info)
-            except StoreConnectionError as exc:
-                log.info("could not tell the others: %s", exc)
-        if self.world.pg is not None:
-            self.world.pg.cut()

@@ -16,6 +16,7 @@ from typing import Any
 
 from .config import HEARTBEAT_INTERVAL
 from .errors import JoinError, PeerFailedError, PeerLostError, WaitTimeout, WorldChangedError
+from .pulse import judge
 from .store import StoreClient, StoreConnectionError
 
 DEAD_AFTER = 5 * HEARTBEAT_INTERVAL  # seconds without a heartbeat before a rank counts as gone
@@ -39,14 +40,23 @@ class BarrierRefused(Exception):
 
 
 class PeerTracker:
-    """Which other ranks' heartbeats have stopped moving, by this rank's own clock."""
+    """Which other ranks are gone, by their heartbeats as this rank's own clock sees them move.
+
+    A kernel's heartbeat is written by its pulse (:mod:`nbdist.pulse`), a small
+    process that beats while the kernel's process lives, even when the kernel's
+    Python is busy in one long C call; the beat says how long the kernel's own
+    Python has not run (``busy``), and says ``gone`` when the kernel died.
+    So a rank is dead when its beat says gone, or stops moving (its host or
+    network is unreachable); a beat that moves is alive, however busy.
+    """
 
     def __init__(self, ranks: list[dict[str, Any]], me: int) -> None:
         self._peers = {i: r["session"] for i, r in enumerate(ranks) if i != me}
         self._seen: dict[int, tuple[Any, float]] = {}
+        self.busy: dict[int, float] = {}  # rank -> seconds its Python has not run, for ranks busy now
 
-    def dead(self, client: StoreClient) -> list[tuple[int, float]]:
-        """(rank, seconds since its heartbeat last moved) of the ranks that look gone."""
+    def dead(self, client: StoreClient) -> list[tuple[int, str]]:
+        """(rank, why) of the ranks that are gone or unreachable."""
         now = time.monotonic()
         gone = []
         for i, session in self._peers.items():
@@ -56,8 +66,16 @@ class PeerTracker:
             if n != last_n or i not in self._seen:
                 since = now
             self._seen[i] = (n, since)
-            if now - since > DEAD_AFTER:
-                gone.append((i, now - since))
+            state, seconds = judge(beat, now - since, DEAD_AFTER)
+            if state == "busy":
+                self.busy[i] = seconds
+            else:
+                self.busy.pop(i, None)
+            if state == "gone":
+                gone.append((i, "is gone: its kernel exited or was killed"))
+            elif state == "dead":
+                gone.append((i, f"stopped responding: no heartbeat for {seconds:.0f} s (its kernel, host or "
+                                "network went away)"))
         return gone
 
 
@@ -148,38 +166,50 @@ class World:
         if dead:
             raise self.lost(dead)
 
-    def lost(self, dead: list[tuple[int, float]]) -> PeerLostError:
-        who = "; ".join(f"{self.describe(i)} stopped responding (no heartbeat for {s:.0f} s)" for i, s in dead)
+    def lost(self, dead: list[tuple[int, str]]) -> PeerLostError:
+        who = "; ".join(f"{self.describe(i)} {why}" for i, why in dead)
         return PeerLostError(
-            f"{who}. If its kernel died or restarted, run %load_ext nbdist and its %%dist_init there again: "
-            "this notebook carries on at its next %%collective"
+            f"{who}. Once its notebook runs %load_ext nbdist and its %%dist_init again (after a restart, or when "
+            "the network is back), this notebook carries on at its next %%collective"
         )
+
+    def busy(self) -> dict[int, float]:
+        """Ranks whose kernel is alive but has not run Python for a while: rank -> seconds."""
+        return dict(self._tracker.busy) if self._tracker is not None else {}
 
     # --- barriers -----------------------------------------------------------
     def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None,
-                verdict: Callable[[], str | None] | None = None) -> None:
-        """Wait until every rank arrives at barrier ``name``, or fail naming who did not.
+                verdict: Callable[[], str] | None = None, members: list[int] | None = None) -> str:
+        """Wait until every rank (or every one of ``members``) arrives at barrier ``name``, or fail naming who did not.
 
-        The last rank to arrive opens the barrier; if ``verdict`` returns a
-        message there, it refuses it instead and every rank raises
-        :class:`BarrierRefused` with that message. A rank that stops waiting
-        (timeout, interrupt, a lost peer) closes it with its reason, so the
-        ranks still waiting fail with that reason and a late one fails at once.
+        The last rank to arrive opens the barrier with the state ``verdict``
+        returns there ("go" without one; any state starting with "go" opens
+        it, and every rank gets that state back). A state starting with
+        "refused:" refuses it instead, and every rank raises
+        :class:`BarrierRefused` with the rest as the message. A rank that
+        stops waiting (timeout, interrupt, a lost peer) closes it with its
+        reason, so the ranks still waiting fail with that reason and a late
+        one fails at once.
         """
         base = self.key(name)
-        self.note(f"waiting at {label}", barrier=name)
-        if self.client.add(f"{base}/n", 1) >= self.world_size:
-            refusal = verdict() if verdict is not None else None
-            state = self.client.compare_set(f"{base}/state", "", "go" if refusal is None else f"refused:{refusal}")
-        else:
-            state = self._wait_open(base, name, timeout, label, on_tick)
+        expected = self.world_size if members is None else len(members)
+        try:
+            self.note(f"waiting at {label}", barrier=name)
+            if self.client.add(f"{base}/n", 1) >= expected:
+                state = self.client.compare_set(f"{base}/state", "", verdict() if verdict is not None else "go")
+            else:
+                state = self._wait_open(base, name, timeout, label, on_tick, members)
+        except KeyboardInterrupt:  # wherever it lands (a store call defers it): nobody may wait for this rank
+            self.close_barrier(name, "interrupted its cell")
+            raise
         if state.startswith("refused:"):
             raise BarrierRefused(state.removeprefix("refused:"))
-        if state != "go":
+        if not state.startswith("go"):
             raise PeerFailedError(f"{label}: {state}; run the next cell on every rank")
+        return state
 
     def _wait_open(self, base: str, name: str, timeout: float, label: str,
-                   on_tick: Callable[[], None] | None) -> str:
+                   on_tick: Callable[[], None] | None, members: list[int] | None) -> str:
         def tick() -> None:
             self.check_world()
             self.check_peers()
@@ -190,10 +220,7 @@ class World:
             self.client.wait([f"{base}/state"], timeout, on_tick=tick)
         except WaitTimeout:
             if self._close(base, "gave up waiting") != "go":
-                raise WaitTimeout(self._who_is_missing(name, timeout, label)) from None
-        except KeyboardInterrupt:
-            self._close(base, "interrupted its cell")
-            raise
+                raise WaitTimeout(self._who_is_missing(name, timeout, label, members)) from None
         except Exception as exc:
             self._close(base, f"stopped waiting: {exc}")
             raise
@@ -206,9 +233,13 @@ class World:
         except StoreConnectionError:  # the store itself is gone: nobody to tell
             return ""
 
-    def _who_is_missing(self, name: str, timeout: float, label: str) -> str:
+    def close_barrier(self, name: str, reason: str) -> str:
+        """Close barrier ``name`` with this rank's reason, whether or not this rank reached it."""
+        return self._close(self.key(name), reason)
+
+    def _who_is_missing(self, name: str, timeout: float, label: str, members: list[int] | None = None) -> str:
         missing = []
-        for i in range(self.world_size):
+        for i in range(self.world_size) if members is None else members:
             last = self.client.get_json_if(self.key(f"last/{i}")) or {}
             if last.get("barrier") == name:
                 continue
