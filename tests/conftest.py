@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import json
+import os
 import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any, NoReturn
 
 import pytest
 
@@ -84,3 +89,94 @@ def run_in_background(kernel: kernels.Kernel, code: str, timeout: float = 120) -
     t = threading.Thread(target=target, daemon=True)  # never keeps pytest from exiting
     t.start()
     return t, box
+
+
+def skip_or_fail_in_ci(reason: str) -> NoReturn:
+    """Skip with ``reason``; where ``CI`` is set (non-empty), fail with it instead: CI skips nothing silently."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set, so this test must run, not be skipped)", pytrace=False)
+    pytest.skip(reason)
+
+
+_OUTPUT_TYPES = ("stream", "display_data", "execute_result", "error", "update_display_data")
+
+
+def execute_timed(kernel: kernels.Kernel, code: str, timeout: float = 120) -> kernels.Result:
+    """Like ``kernel.execute``; each output also has ``t``, the ``time.monotonic()`` here when it arrived."""
+    outputs: list[dict[str, Any]] = []
+
+    def hook(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] in _OUTPUT_TYPES:
+            outputs.append({"msg_type": msg["msg_type"], "content": msg["content"], "t": time.monotonic()})
+
+    reply = kernel.client.execute_interactive(code, timeout=timeout, output_hook=hook, allow_stdin=False)
+    content = reply["content"]
+    error = {k: content.get(k) for k in ("ename", "evalue", "traceback")} if content["status"] == "error" else None
+    return kernels.Result(content["status"], outputs, error=error, payload=content.get("payload", []))
+
+
+def run_timed_in_background(kernel: kernels.Kernel, code: str, timeout: float = 120) -> tuple[threading.Thread, dict]:
+    """:func:`run_in_background` with :func:`execute_timed`: each output of ``box["r"]`` has its arrival time."""
+    timed = SimpleNamespace(execute=lambda code, timeout: execute_timed(kernel, code, timeout))
+    return run_in_background(timed, code, timeout)  # type: ignore[arg-type]
+
+
+# --- one kernel shared by a module's tests, put back as it was after each test ------------------
+
+_STATE = ("__import__('json').dumps({'names': sorted(get_ipython().user_ns), "
+          "'environ': dict(__import__('os').environ)})")
+
+_RESTORE = """\
+def _nbdist_test_restore(names, environ, reload):
+    import os
+    shell = get_ipython()
+    if reload and 'DistMagics' in shell.magics_manager.registry:
+        shell.run_line_magic('reload_ext', 'nbdist')
+    for name in set(shell.user_ns) - set(names):
+        del shell.user_ns[name]
+    os.environ.clear()
+    os.environ.update(environ)
+_nbdist_test_restore(*__import__('json').loads({payload!r}))
+"""
+
+
+def kernel_state(kernel: kernels.Kernel) -> dict[str, Any]:
+    """The names in a kernel's user namespace and its environment variables (running nothing that adds any)."""
+    r = kernel.execute("", timeout=60, user_expressions={"state": _STATE})
+    return json.loads(ast.literal_eval(r.expression("state")))
+
+
+def restore_kernel_state(kernel: kernels.Kernel, baseline: dict[str, Any], reload_nbdist: bool) -> None:
+    """Put a shared kernel back as it was at ``baseline`` (see :func:`kernel_state`); fail if that did not work.
+
+    With ``reload_nbdist``, ``%reload_ext nbdist`` first: the world is left, a hosted server
+    stopped, and the session starts afresh (no configuration from the last test). Then the
+    names the test added are deleted and ``os.environ`` is restored.
+    """
+    payload = json.dumps([baseline["names"], baseline["environ"], reload_nbdist])
+    r = kernel.execute(_RESTORE.format(payload=payload), timeout=120)
+    assert r.status == "ok", f"restoring the shared kernel failed: {r.error}"
+    after = kernel_state(kernel)
+    added = sorted(set(after["names"]) - set(baseline["names"]))
+    removed = sorted(set(baseline["names"]) - set(after["names"]))
+    assert not added and not removed, f"namespace not restored: added {added}, removed {removed}"
+    assert after["environ"] == baseline["environ"], "os.environ not restored"
+
+
+@pytest.fixture(scope="module")
+def kernel_baseline(kernel: kernels.Kernel) -> dict[str, Any]:
+    """The module's shared ``kernel`` as it was when first used (right after its ``%load_ext nbdist``)."""
+    return kernel_state(kernel)
+
+
+@pytest.fixture
+def fresh_shared_kernel(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that used its module's shared ``kernel``: nbdist reloaded, namespace and environment
+    as they were after ``%load_ext`` (the kernel is shared because starting one is slow)."""
+    if "kernel" not in request.fixturenames:
+        yield
+        return
+    kernel = request.getfixturevalue("kernel")
+    baseline = request.getfixturevalue("kernel_baseline")
+    yield
+    restore_kernel_state(kernel, baseline, reload_nbdist=True)

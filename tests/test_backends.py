@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -13,9 +15,12 @@ import pytest
 
 from nbdist import kernels
 
-from .conftest import init_line
+from .conftest import init_line, skip_or_fail_in_ci
 
 NBDIST = [sys.executable, "-m", "nbdist.cli"]
+
+# Each test that uses the module's kernel gets it back as it was after %load_ext.
+pytestmark = pytest.mark.usefixtures("fresh_shared_kernel")
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +49,16 @@ def test_the_summary_says_which_backend_and_why_and_what_was_set(kernel, port):
     assert "('lo', 'DETAIL')" in r.text()
     r = kernel.execute("%dist_env")
     assert r.status == "ok" and "GLOO_SOCKET_IFNAME=lo" in r.text()
+    r = kernel.execute("import os; os.getpid()")
+    kernel_pid = int(r.text().strip())
     r = kernel.execute("%dist_doctor")
     assert r.status == "ok"
     text = r.text()
     assert f"TCP to 127.0.0.1:{port}: an nbdist server answers" in text
-    assert f"local port {port}: in use by pid {os.getpid()}" not in text  # the kernel holds it, not pytest
+    # The kernel hosts the server, so the doctor names it as the holder of the master port.
+    holder = [line for line in text.splitlines() if f"local port {port}:" in line]
+    assert len(holder) == 1, text
+    assert f"local port {port}: in use by pid {kernel_pid}: " in holder[0] and "ipykernel" in holder[0], holder[0]
     assert "torch versions" in text and "nbdist doctor: all checks passed" in text
     assert kernel.execute("%dist_destroy").status == "ok"
 
@@ -108,15 +118,50 @@ def test_the_doctor_names_the_process_holding_the_master_port(port):
         holder.wait()
 
 
+TORCH_NPU_VERSION = "2.13.0"
+
+
+def torch_npu_problem(folder: Path) -> str | None:
+    """Why ``folder`` does not hold the unpacked torch_npu 2.13.0 wheel, or None if it does."""
+    if not (folder / "torch_npu" / "__init__.py").is_file():
+        return f"{folder} has no torch_npu/__init__.py"
+    metadata = folder / f"torch_npu-{TORCH_NPU_VERSION}.dist-info" / "METADATA"
+    if not metadata.is_file():
+        return f"{folder} has no torch_npu-{TORCH_NPU_VERSION}.dist-info/METADATA"
+    if f"Version: {TORCH_NPU_VERSION}" not in metadata.read_text(errors="replace").splitlines():
+        return f"{metadata} does not say Version: {TORCH_NPU_VERSION}"
+    return None
+
+
 @pytest.fixture(scope="module")
-def torch_npu_dir(tmp_path_factory) -> Path:
-    """The real torch_npu 2.13.0 wheel, unpacked into a folder (never into the test environment)."""
-    cache = Path(os.environ.get("NBDIST_TORCH_NPU_DIR", Path.home() / ".cache" / "nbdist-torch-npu-2.13.0"))
-    if not (cache / "torch_npu").is_dir():
-        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(cache),
-                               "torch-npu==2.13.0"], capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            pytest.skip(f"could not fetch the torch_npu 2.13.0 wheel: {proc.stderr.strip()[-300:]}")
+def torch_npu_dir() -> Path:
+    """The real torch_npu 2.13.0 wheel, unpacked into a folder (never into the test environment).
+
+    A cached folder is used only if it holds that wheel; otherwise the wheel is fetched into a
+    fresh folder, checked, and put in the cache's place. Under CI, failing to get it fails the test.
+    """
+    default = Path.home() / ".cache" / f"nbdist-torch-npu-{TORCH_NPU_VERSION}"
+    cache = Path(os.environ.get("NBDIST_TORCH_NPU_DIR") or default)
+    cached_problem = torch_npu_problem(cache)
+    if cached_problem is None:
+        return cache
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=f"{cache.name}.", dir=cache.parent))
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(fresh),
+                           f"torch-npu=={TORCH_NPU_VERSION}"], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        shutil.rmtree(fresh, ignore_errors=True)
+        skip_or_fail_in_ci(f"could not fetch the torch_npu {TORCH_NPU_VERSION} wheel "
+                           f"(cache: {cached_problem}): {proc.stderr.strip()[-300:]}")
+    fetched_problem = torch_npu_problem(fresh)
+    if fetched_problem is not None:
+        shutil.rmtree(fresh, ignore_errors=True)
+        skip_or_fail_in_ci(f"the fetched torch_npu wheel is not usable: {fetched_problem}")
+    shutil.rmtree(cache, ignore_errors=True)  # an invalid cache: replaced by the wheel just checked
+    try:
+        fresh.rename(cache)
+    except OSError:  # another run put one there meanwhile: use ours
+        return fresh
     return cache
 
 

@@ -8,6 +8,9 @@ from nbdist import kernels
 
 from .conftest import free_port, init_line
 
+# Each test that uses the module's kernel gets it back as it was after %load_ext.
+pytestmark = pytest.mark.usefixtures("fresh_shared_kernel")
+
 BAD_FLAGS = [
     ("--rank 2 --world-size 2 --master-addr 127.0.0.1", "--rank must be in 0..1"),
     ("--rank 0 --world-size 0 --master-addr 127.0.0.1", "--world-size must be at least 1"),
@@ -89,7 +92,15 @@ def test_unload_and_reload_tear_down_cleanly():
         r = k.execute("%%collective\nt = torch.ones(1); dist.all_reduce(t); t.item()\n", timeout=60)
         assert r.status == "ok" and "1.0" in r.text()
         assert k.execute("%unload_ext nbdist").status == "ok"
+        # The magics are gone: IPython itself answers that it does not know them.
         r = k.execute("%%collective\nx = 1\n")
-        assert r.status == "error"  # the magics are gone
+        assert r.status == "error" and r.error["ename"] == "UsageError", r.error
+        assert r.error["evalue"] == "Cell magic `%%collective` not found."
+        for line_magic in ("dist_status", "dist_destroy"):
+            r = k.execute(f"%{line_magic}")
+            assert r.status == "error" and r.error["ename"] == "UsageError", r.error
+            assert r.error["evalue"] == f"Line magic function `%{line_magic}` not found."
+        r = k.execute("'DistMagics' in get_ipython().magics_manager.registry")
+        assert r.status == "ok" and r.text().strip() == "False"
     finally:
         k.shutdown()
