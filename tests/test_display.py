@@ -85,3 +85,13 @@ def test_the_text_form_leaves_out_what_a_rank_did_not_produce():
     rank1 = text[text.index("── rank 1"):]
     assert "Out" not in rank1 and "one" in rank1
     assert "Out (differs): 0" in text
+
+
+def test_the_status_tells_a_busy_rank_from_a_gone_one():
+    from nbdist.magics import _alive
+
+    alive = {"heartbeat_age": 0.4, "alive": True, "gone": False, "busy": 0.0}
+    assert _alive(alive) == "yes (heartbeat 0.4 s ago)"
+    assert _alive({**alive, "busy": 12.3}) == "yes, busy for 12 s (its Python is inside one long call)"
+    assert _alive({**alive, "alive": False, "gone": True}) == "NO: its kernel is gone"
+    assert _alive({**alive, "alive": False, "heartbeat_age": 9.0}) == "NO (heartbeat 9.0 s ago)"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,11 +14,12 @@ import time
 import pytest
 
 from nbdist import kernels
-from nbdist.store import probe
+from nbdist.store import connect, probe
 
 from .conftest import init_line, run_in_background
 
 ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()\n"
+HOST = socket.gethostname()  # every loopback rank runs here: messages name this host
 
 
 def _ok_everywhere(ks, expect: str = "2.0") -> None:
@@ -32,14 +35,15 @@ def test_a_peer_that_raises_before_its_all_reduce_ends_the_waiting_rank_within_1
     ks = make_world(2)
     code = (f"%%collective --timeout 60 {flags}\nimport time\nif RANK == 1:\n    time.sleep(1)\n"
             "    raise ValueError('rank 1 broke')\nt = torch.ones(2)\ndist.all_reduce(t)\n")
+    pid1 = ks[1].execute("import os; os.getpid()").text().strip()
     t0 = time.monotonic()
     r0, r1 = kernels.execute_all(ks, code, timeout=90)
     elapsed = time.monotonic() - t0
-    assert elapsed < 10, f"took {elapsed:.1f} s"
     record_fault(f"peer raises ({flags or 'checked'})", elapsed)
+    assert elapsed < 2.5, f"took {elapsed:.1f} s (the README says 1.0 s, of which 1 s is the cell's own sleep)"
     assert r1.status == "error" and "ValueError" in r1.error["evalue"]
-    assert r0.status == "error", r0.error
-    assert "rank 1" in r0.error["evalue"] and "ValueError: rank 1 broke" in r0.error["evalue"]
+    assert r0.status == "error" and r0.error["ename"] == "PeerFailedError", r0.error
+    assert f"rank 1 ({HOST}, pid {pid1}) raised ValueError: rank 1 broke" in r0.error["evalue"]
     assert "raise ValueError('rank 1 broke')" in r0.text()  # rank 1's traceback, in rank 0's table
     _ok_everywhere(ks)  # the next cell works, without %%dist_init
 
@@ -60,10 +64,10 @@ def test_a_killed_kernel_is_named_within_10s_and_its_restart_rejoins_without_the
     assert "r" in box0, "rank 0's cell never ended"
     elapsed = box0["t"] - killed
     record_fault("peer kernel killed mid-cell", elapsed)
-    assert elapsed < 10, f"took {elapsed:.1f} s"
+    assert elapsed < 3, f"took {elapsed:.1f} s"
     r0 = box0["r"]
-    assert r0.status == "error"
-    assert "rank 1 (" in r0.error["evalue"] and f"pid {pid1}) stopped responding" in r0.error["evalue"]
+    assert r0.status == "error" and r0.error["ename"] == "PeerLostError"
+    assert f"rank 1 ({HOST}, pid {pid1}) is gone: its kernel exited or was killed" in r0.error["evalue"]
     t1.join(timeout=30)
     assert "exc" in box1 and not t1.is_alive()
     # Rank 1's notebook restarts: a new kernel runs %load_ext and its %%dist_init again...
@@ -87,9 +91,10 @@ def test_when_the_server_notebook_dies_the_others_learn_within_5s_and_one_init_e
     t1.join(timeout=60)
     elapsed = box1["t"] - killed
     record_fault("server notebook killed", elapsed)
-    assert elapsed < 5, f"took {elapsed:.1f} s"
+    assert elapsed < 1, f"took {elapsed:.1f} s"
     r1 = box1["r"]
     assert r1.status == "error" and r1.error["ename"] == "StoreConnectionError"
+    assert f"lost contact with rank 0 ({HOST}, pid {pid0}), which hosts the rendezvous server" in r1.error["evalue"]
     assert f"127.0.0.1:{port}" in r1.error["evalue"] and "re-run %%dist_init" in r1.error["evalue"]
     (fresh0,) = start_kernels(1)
     results = kernels.execute_all([fresh0, ks[1]], [init_line(0, 2, port), init_line(1, 2, port)], timeout=90)
@@ -107,21 +112,31 @@ def test_the_stop_button_at_a_barrier_ends_the_cell_within_2s_and_the_others_are
     t0.join(timeout=30)
     elapsed = box0["t"] - pressed
     record_fault("stop button at a barrier", elapsed)
-    assert elapsed < 2 and box0["r"].error["ename"] == "KeyboardInterrupt"
+    assert elapsed < 1 and box0["r"].error["ename"] == "KeyboardInterrupt"
     r1 = ks[1].execute("%%collective --timeout 60\nx = 1\n", timeout=60)
-    assert r1.status == "error" and "rank 0" in r1.error["evalue"] and "interrupted its cell" in r1.error["evalue"]
+    assert r1.status == "error" and f"rank 0 ({HOST}, pid " in r1.error["evalue"]
+    assert "interrupted its cell" in r1.error["evalue"]
     _ok_everywhere(ks)
 
 
 @pytest.mark.timeout(180)
-def test_the_stop_button_in_a_hung_collective_ends_the_cell_within_2s_on_every_rank(make_world, record_fault):
+def test_the_stop_button_in_a_hung_collective_ends_the_cell_within_2s_on_every_rank(make_world, record_fault, port):
     ks = make_world(2)
     # Mismatched collectives with checking off: a real gloo hang on both ranks.
     code = ("%%collective --timeout 60 --no-check\nt = torch.ones(4)\nif RANK == 0:\n    dist.all_reduce(t)\n"
             "else:\n    dist.broadcast(t, src=1)\n")
+    round_ = ks[0].execute("get_ipython().magics_manager.registry['DistMagics'].session.world.round").text().strip()
     t0, box0 = run_in_background(ks[0], code)
     t1, box1 = run_in_background(ks[1], code)
-    time.sleep(3)
+    # Seen from a third client, as %dist_status shows it: each rank is inside its collective.
+    client = connect("127.0.0.1", port)
+    deadline = time.monotonic() + 20
+    while True:
+        last = [client.get_json_if(f"r/{round_}/last/{i}") or {} for i in range(2)]
+        if [x.get("collective") for x in last] == ["collective #1 (all_reduce)", "collective #1 (broadcast)"]:
+            break
+        assert time.monotonic() < deadline, f"the ranks were not seen inside their collectives: {last}"
+        time.sleep(0.1)
     assert "r" not in box0 and "r" not in box1, "the collectives did not hang"
     pressed = time.monotonic()
     ks[0].interrupt()
@@ -131,9 +146,9 @@ def test_the_stop_button_in_a_hung_collective_ends_the_cell_within_2s_on_every_r
     record_fault("stop button in a hung collective", elapsed)
     assert elapsed < 2, f"took {elapsed:.1f} s"
     assert box0["r"].error["ename"] == "KeyboardInterrupt"
-    assert box1["t"] - pressed < 5
-    assert box1["r"].status == "error" and "rank 0" in box1["r"].error["evalue"]
-    assert "interrupted its cell" in box1["r"].error["evalue"]
+    assert box1["t"] - pressed < 2
+    assert box1["r"].status == "error" and box1["r"].error["ename"] == "PeerFailedError"
+    assert f"rank 0 ({HOST}, pid " in box1["r"].error["evalue"] and "interrupted its cell" in box1["r"].error["evalue"]
     _ok_everywhere(ks)
 
 
@@ -156,28 +171,41 @@ def test_cells_with_different_code_are_refused_on_every_rank_with_a_diff(make_wo
 @pytest.mark.timeout(120)
 def test_collectives_that_differ_in_shape_fail_on_every_rank_naming_the_field(make_world, record_fault):
     ks = make_world(2)
+    seq = "dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()"
+    before = [k.execute(seq).text().strip() for k in ks]
     t0 = time.monotonic()
     results = kernels.execute_all(ks, "%%collective\nt = torch.ones(2 + RANK)\ndist.all_reduce(t)\n", timeout=60)
     record_fault("all_reduce shapes differ", time.monotonic() - t0)
     for r in results:
-        assert r.status == "error", r.error
-        assert "collective #1 of this cell does not match" in r.error["evalue"]
-        assert "tensor differs" in r.error["evalue"]
-        assert "'shape': [2]" in r.error["evalue"] and "'shape': [3]" in r.error["evalue"]
-    # A rank that issues a collective the other never issues is named too.
+        assert r.status == "error" and r.error["ename"] == "CollectiveMismatchError", r.error
+        assert ("collective #1 (all_reduce) of this cell does not match across ranks: "
+                "tensor differs (rank(s) 0: shape [2]; rank(s) 1: shape [3])") in r.error["evalue"]
+        assert "Nothing was sent" in r.error["evalue"]
+    # Nothing was sent: the tensors are as they were, and gloo issued no collective.
+    for rank, k in enumerate(ks):
+        assert ast.literal_eval(k.execute("t.tolist()").text().strip()) == [1.0] * (2 + rank)
+        assert k.execute(seq).text().strip() == before[rank]
+    # A rank that issues a collective the other never issues is named, on both ranks.
     results = kernels.execute_all(ks, "%%collective\nif RANK == 0:\n    dist.all_reduce(torch.ones(1))\n", timeout=60)
-    assert "finished this cell after 0 collective(s)" in results[0].error["evalue"]
+    for r in results:
+        assert r.status == "error" and r.error["ename"] == "CollectiveMismatchError", r.error
+        assert f"rank 1 ({HOST}, pid " in r.error["evalue"]
+        assert "finished this cell after 0 collective(s), but rank 0" in r.error["evalue"]
+        assert "issued #1 (all_reduce)" in r.error["evalue"]
     _ok_everywhere(ks)
 
 
 @pytest.mark.timeout(120)
-def test_no_check_leaves_torch_distributed_untouched(make_world):
+def test_no_check_turns_the_comparison_off(make_world):
     ks = make_world(2)
-    probe_code = "dist.all_reduce is dist.distributed_c10d.all_reduce"
-    checked = kernels.execute_all(ks, f"%%collective\n{probe_code}\n", timeout=60)
-    unchecked = kernels.execute_all(ks, f"%%collective --no-check\n{probe_code}\n", timeout=60)
-    assert all("Out: False" in r.text() for r in checked)
-    assert all("Out: True" in r.text() for r in unchecked)
+    # Different reduce ops do not hang gloo: checked, they are refused; unchecked, they run.
+    code = ("%%collective{flags}\nt = torch.ones(1) * (RANK + 1)\n"
+            "dist.all_reduce(t, op=[dist.ReduceOp.SUM, dist.ReduceOp.MAX][RANK])\n")
+    for r in kernels.execute_all(ks, code.format(flags=""), timeout=60):
+        assert r.status == "error" and r.error["ename"] == "CollectiveMismatchError"
+        assert "reduce_op differs" in r.error["evalue"]
+    for r in kernels.execute_all(ks, code.format(flags=" --no-check"), timeout=60):
+        assert r.status == "ok", r.error
 
 
 @pytest.mark.timeout(120)
@@ -248,6 +276,7 @@ def test_a_master_port_held_by_another_program_names_it(start_kernels, port, rec
         t0 = time.monotonic()
         r = k.execute(init_line(0, 2, port), timeout=90)
         record_fault("master port held by another program", time.monotonic() - t0)
+        assert time.monotonic() - t0 < 25  # the README: 15-20 s (a handshake that never comes, after torch loads)
         assert r.status == "error" and r.error["ename"] == "NotNbdistServerError"
         assert f"held by pid {holder.pid}" in r.error["evalue"] and "port-holder" in r.error["evalue"]
         assert "another --master-port" in r.error["evalue"]
@@ -261,6 +290,7 @@ def test_a_non_nbdist_service_on_the_port_is_refused_clearly(start_kernels, port
         t0 = time.monotonic()
         r = k.execute(init_line(1, 2, port), timeout=90)
         record_fault("a non-nbdist service on the port", time.monotonic() - t0)
+        assert time.monotonic() - t0 < 25
         assert r.status == "error" and r.error["ename"] == "NotNbdistServerError", r.error
         assert "another --master-port" in r.error["evalue"]
 
@@ -271,5 +301,10 @@ def test_a_master_that_refuses_connections_is_reported_as_refused(start_kernels,
     t0 = time.monotonic()
     r = k.execute(init_line(1, 2, port, "--timeout 3"), timeout=60)
     record_fault("master refuses (nothing listens), --timeout 3", time.monotonic() - t0)
+    assert time.monotonic() - t0 < 6
     assert r.status == "error" and r.error["ename"] == "StoreConnectionError"
     assert f"connection to 127.0.0.1:{port} refused" in r.error["evalue"]
+    # While it waited, the live status said so.
+    updates = [o["content"]["data"]["text/plain"] for o in r.outputs if o["msg_type"] == "update_display_data"]
+    assert any(f"waiting for the rendezvous server at 127.0.0.1:{port}: refused (rank 0 starts it" in u
+               for u in updates), updates

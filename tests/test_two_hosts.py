@@ -199,11 +199,14 @@ def test_a_network_cut_ends_both_cells_naming_the_peer_and_one_init_each_recover
         assert "r" in box, f"{name}'s cell never ended"
         seconds = (box["r"].finished - cut).total_seconds()
         record_fault(f"network cut, --timeout 20: {name}", seconds)
-        assert seconds < 30, f"{name} took {seconds:.0f} s"
+        bound = 9 if name.startswith("rank 0") else 14  # the README: A about 6 s, B about 10 s
+        assert seconds < bound, f"{name} took {seconds:.0f} s"
     ra, rb = boxes[0]["r"], boxes[1]["r"]
-    assert ra.status == "error" and "rank 1 (hostB" in ra.error["evalue"], ra.error
-    assert rb.status == "error", rb.error
-    assert "rank 0 (hostA" in rb.error["evalue"] or two_hosts.a.addr in rb.error["evalue"], rb.error
+    assert ra.status == "error" and ra.error["ename"] == "PeerLostError", ra.error
+    assert "rank 1 (hostB, pid " in ra.error["evalue"] and "stopped responding" in ra.error["evalue"], ra.error
+    assert rb.status == "error" and rb.error["ename"] == "StoreConnectionError", rb.error
+    assert "lost contact with rank 0 (hostA, pid " in rb.error["evalue"], rb.error
+    assert "which hosts the rendezvous server" in rb.error["evalue"], rb.error
     line = f"%%dist_init --world-size 2 --master-addr {two_hosts.a.addr} --master-port {port} --timeout 90"
     results = kernels.execute_all([ka, kb], [f"{line} --rank 0", f"{line} --rank 1"], timeout=150)
     assert all(r.status == "ok" for r in results), [r.error for r in results]
@@ -222,5 +225,6 @@ def test_a_master_behind_a_dropping_firewall_is_reported_as_no_answer(two_hosts:
     r = kb.execute(f"%%dist_init --rank 1 --world-size 2 --master-addr {a.addr} --master-port {master_port()} "
                    "--timeout 5", timeout=90)
     record_fault("master behind a dropping firewall, --timeout 5", time.monotonic() - t0)
+    assert time.monotonic() - t0 < 10  # the README: 6.6 s with --timeout 5
     assert r.status == "error" and r.error["ename"] == "StoreConnectionError"
     assert f"no answer from {a.addr}" in r.error["evalue"] and "firewall" in r.error["evalue"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import socket
 import time
 
 import pytest
@@ -25,6 +26,9 @@ def _walkthrough(ks: list[kernels.Kernel]) -> None:
     expected = expectations(n)
     for name, code, key in STEPS:
         results = kernels.execute_all(ks, "%%collective\n" + code, timeout=120, user_expressions={"v": "_nbdist_demo"})
+        if key == "ddp":  # [epochs, weight checksum]: after DDP's all-reduce every rank holds the same weights
+            checksums = {ast.literal_eval(r.expression("v"))[1] for r in results if r.status == "ok"}
+            assert len(checksums) == 1, f"{name}: the ranks' weights differ: {checksums}"
         for rank, r in enumerate(results):
             assert r.status == "ok", f"{name} failed on rank {rank}: {r.error}"
             value = ast.literal_eval(r.expression("v"))
@@ -67,20 +71,46 @@ def test_every_notebook_shows_every_ranks_output_side_by_side(make_world):
 
 @pytest.mark.timeout(180)
 def test_ranks_arriving_twenty_seconds_apart_form_a_world(start_kernels, port):
+    import socket
+
+    from .conftest import run_timed_in_background
+
     ks = start_kernels(2)
-    t0 = time.monotonic()
-    first, box = run_in_background(ks[1], init_line(1, 2, port))  # rank 1 first: it must wait for rank 0's server
+    # Rank 1 first: it must wait for rank 0's server. Each of its outputs carries its arrival time.
+    first, box = run_timed_in_background(ks[1], init_line(1, 2, port))
+    started = time.monotonic()
     time.sleep(20)
+    rank0_started = time.monotonic()
     r0 = ks[0].execute(init_line(0, 2, port), timeout=120)
     first.join(timeout=120)
     assert not first.is_alive(), "rank 1's %%dist_init never finished"
     assert r0.status == "ok", r0.error
-    assert box["r"].status == "ok", box["r"].error
-    assert time.monotonic() - t0 >= 20
-    # The waiting rank showed a live status updated in place, not a growing log.
-    updates = [o for o in box["r"].outputs if o["msg_type"] == "update_display_data"]
-    assert updates, "rank 1 showed no live status while waiting"
-    assert "world formed" in updates[-1]["content"]["data"]["text/plain"]
+    r1 = box["r"]
+    assert r1.status == "ok", r1.error
+    assert box["t"] > rank0_started, "rank 1's %%dist_init ended before rank 0's began"
+    # While waiting, rank 1 showed a live status, updated in place (not a growing log) the whole time.
+    shown = [o for o in r1.outputs if o["msg_type"] == "display_data"]
+    updates = [o for o in r1.outputs if o["msg_type"] == "update_display_data"]
+    assert shown and updates, "rank 1 showed no live status while waiting"
+    display_id = shown[0]["content"]["transient"]["display_id"]
+    assert all(u["content"]["transient"]["display_id"] == display_id for u in updates)
+    waiting = [u for u in updates if u["t"] < rank0_started]
+    for u in waiting:
+        text = u["content"]["data"]["text/plain"]
+        assert f"waiting for the rendezvous server at 127.0.0.1:{port}: refused (rank 0 starts it" in text
+    assert waiting and waiting[0]["t"] - started < 10, "rank 1 said nothing of the missing server for 10 s"
+    times = [*(u["t"] for u in waiting), rank0_started]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert max(gaps) < 5, f"the live status stood still for {max(gaps):.1f} s while rank 1 waited"
+    # Once rank 0 came, the same display said the world formed, with both ranks and their host.
+    final = updates[-1]
+    assert final["t"] > rank0_started
+    host = socket.gethostname()
+    assert final["content"]["data"]["text/plain"].splitlines()[1:] == [f"joined: 0 ({host}), 1 ({host})",
+                                                                       "missing: none"]
+    assert "world formed" in final["content"]["data"]["text/plain"]
+    elapsed = int(final["content"]["data"]["text/plain"].split(" s elapsed")[0].rsplit(" ", 1)[1])
+    assert elapsed >= 19, "the elapsed time shown does not count rank 1's wait for the server"
     results = kernels.execute_all(ks, ALL_REDUCE, timeout=60)
     assert all(r.status == "ok" for r in results)
 
@@ -103,12 +133,16 @@ def test_an_exception_on_one_rank_fails_the_cell_on_every_rank(make_world):
 
 
 @pytest.mark.timeout(120)
-def test_a_duplicate_rank_is_refused_naming_the_other_host(make_world, start_kernels, port):
-    make_world(2)
+def test_a_duplicate_rank_is_refused_naming_the_other_host(make_world, start_kernels, port, record_fault):
+    ks = make_world(2)
+    pid1 = ks[1].execute("import os; os.getpid()").text().strip()
     (late,) = start_kernels(1)
+    t0 = time.monotonic()
     r = late.execute(init_line(1, 2, port, "--timeout 20"), timeout=60)
+    record_fault("two notebooks claim the same rank", time.monotonic() - t0)
+    assert time.monotonic() - t0 < 5  # the README: about 2.5 s, the time to see the holder's heartbeat move
     assert r.status == "error" and r.error["ename"] == "JoinError"
-    assert "rank 1 is already taken" in r.error["evalue"] and "pid" in r.error["evalue"]
+    assert f"rank 1 is already taken by a notebook on {socket.gethostname()} (pid {pid1})" in r.error["evalue"]
 
 
 @pytest.mark.timeout(120)
