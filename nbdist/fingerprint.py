@@ -84,7 +84,7 @@ def fingerprint(op: str, params: list[str], args: tuple[Any, ...], kwargs: dict[
 # --- readable differences ---------------------------------------------------------
 def _tensor_text(desc: Any, keys: list[str]) -> str:
     if isinstance(desc, dict):
-        return ", ".join(f"{k} {desc[k]}" if k != "shape" else f"shape {desc[k]}" for k in keys if k in desc)
+        return ", ".join(f"{k} {desc[k]}" for k in keys if k in desc)
     if isinstance(desc, list):
         return f"{len(desc)} tensor(s)"
     return str(desc)
@@ -145,16 +145,11 @@ class Checker:
         self.failed_inside = False
         self.lock = threading.Lock()
 
-    @property
-    def count(self) -> int:
-        return sum(self.counts.values())
-
-    def stop(self, info: dict[str, Any]) -> bool:
-        """No collective may start from now on; returns whether one is running (so the caller cuts)."""
+    def stop(self, info: dict[str, Any]) -> None:
+        """No collective may start from now on (one already running is the watcher's to cut)."""
         with self.lock:
             if self.stopped is None:
                 self.stopped = info
-            return self.inside is not None
 
     def call(self, op: str, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
              p2p: bool = False) -> Any:

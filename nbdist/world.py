@@ -53,7 +53,6 @@ class PeerTracker:
     def __init__(self, ranks: list[dict[str, Any]], me: int) -> None:
         self._peers = {i: r["session"] for i, r in enumerate(ranks) if i != me}
         self._seen: dict[int, tuple[Any, float]] = {}
-        self.busy: dict[int, float] = {}  # rank -> seconds its Python has not run, for ranks busy now
 
     def dead(self, client: StoreClient) -> list[tuple[int, str]]:
         """(rank, why) of the ranks that are gone or unreachable."""
@@ -67,10 +66,6 @@ class PeerTracker:
                 since = now
             self._seen[i] = (n, since)
             state, seconds = judge(beat, now - since, DEAD_AFTER)
-            if state == "busy":
-                self.busy[i] = seconds
-            else:
-                self.busy.pop(i, None)
             if state == "gone":
                 gone.append((i, "is gone: its kernel exited or was killed"))
             elif state == "dead":
@@ -172,10 +167,6 @@ class World:
             f"{who}. Once its notebook runs %load_ext nbdist and its %%dist_init again (after a restart, or when "
             "the network is back), this notebook carries on at its next %%collective"
         )
-
-    def busy(self) -> dict[int, float]:
-        """Ranks whose kernel is alive but has not run Python for a while: rank -> seconds."""
-        return dict(self._tracker.busy) if self._tracker is not None else {}
 
     # --- barriers -----------------------------------------------------------
     def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None,
