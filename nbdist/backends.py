@@ -1,19 +1,21 @@
 """Choosing a backend and a device, without breaking ``import torch``.
 
-NPUs are detected before torch is imported: if torch_npu is installed but the
-CANN libraries are missing, torch's automatic loading of backend extensions
-would make every ``import torch`` in the kernel fail, so nbdist turns that
-loading off and falls back to another backend, saying why.
+NPUs are detected before torch is imported (:mod:`nbdist.ascend`): if torch_npu
+is installed but cannot work here (CANN missing or misconfigured, no NPU
+visible), torch's automatic loading of backend extensions would make every
+``import torch`` in the kernel fail, so nbdist turns that loading off and
+falls back to another backend, saying why. hccl is chosen only when an NPU is
+visible.
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from . import ascend
 from .errors import ConfigError
 
 
@@ -24,31 +26,34 @@ class Choice:
     backend: str
     device: str
     reason: str
+    npu: ascend.Facts = field(default_factory=ascend.Facts)
+    warnings: tuple[str, ...] = ()
 
 
-def _npu_status() -> tuple[bool, str]:
-    """(usable, explanation) for NPUs, decided without importing torch or torch_npu."""
-    if importlib.util.find_spec("torch_npu") is None:
-        return False, "torch_npu is not installed"
-    for lib in ("libhccl.so", "libascend_hal.so"):
-        try:
-            ctypes.CDLL(lib)
-        except OSError:
-            return False, f"torch_npu is installed but the CANN library {lib} was not found"
-    return True, "torch_npu and the CANN libraries are present"
+def npu_status(count: bool = True) -> tuple[bool, str, ascend.Facts]:
+    """(usable, explanation, facts) for NPUs, decided without importing torch or torch_npu in this process."""
+    facts = ascend.gather(count=count)
+    if facts.problem is not None:
+        return False, facts.problem, facts
+    return True, f"an NPU is visible ({ascend.describe(facts)})" if count else "torch_npu and CANN are present", facts
 
 
-def _guard_torch_import(npu_usable: bool) -> None:
-    """Keep a broken torch_npu from breaking ``import torch`` (only before torch loads)."""
-    if not npu_usable and "torch" not in sys.modules:
-        if importlib.util.find_spec("torch_npu") is not None:
-            os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+def guard_torch_import(facts: ascend.Facts) -> list[str]:
+    """Keep a broken torch_npu from breaking ``import torch`` (only before torch loads); returns warnings."""
+    if facts.problem is None or "torch" in sys.modules or importlib.util.find_spec("torch_npu") is None:
+        return []
+    warnings = []
+    if os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD") == "1":
+        warnings.append(f"nbdist set TORCH_DEVICE_BACKEND_AUTOLOAD=0 although it was 1: {facts.problem}, and with "
+                        "autoload on every `import torch` in this kernel would fail")
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    return warnings
 
 
 def choose(backend: str, device: str | None, local_rank: int) -> Choice:
     """Pick the backend (``auto`` = hccl, nccl, gloo in that order) and the device."""
-    npu_usable, npu_why = _npu_status()
-    _guard_torch_import(npu_usable)
+    npu_usable, npu_why, facts = npu_status()
+    warnings = tuple(guard_torch_import(facts))
     import torch
 
     cuda = torch.cuda.is_available()
@@ -71,7 +76,7 @@ def choose(backend: str, device: str | None, local_rank: int) -> Choice:
     elif device.isdigit():
         kind = {"hccl": "npu", "nccl": "cuda"}.get(backend, "cpu")
         device = "cpu" if kind == "cpu" else f"{kind}:{device}"
-    return Choice(backend, device, reason)
+    return Choice(backend, device, reason, facts, warnings)
 
 
 def activate(choice: Choice):

@@ -57,7 +57,7 @@ class WorldConfig:
     device: str | None = None
     timeout: float = TIMEOUTS["join"]
     env: dict[str, str] = field(default_factory=dict)  # --env KEY=VALUE overrides
-    debug: bool = False
+    debug: str = ""  # "", "files" or "stdout" (see envplan.debug_mode)
     pg_timeout: float | None = None
     token: str | None = field(default=None, repr=False)
     sources: dict[str, str] = field(default_factory=dict, compare=False)  # setting -> where its value came from
@@ -95,7 +95,7 @@ def resolve(
         device=merged.get("device"),
         timeout=TIMEOUTS["join"] if timeout is None else timeout,
         env=flags.get("env") or {},
-        debug=bool(flags.get("debug")),
+        debug=flags.get("debug") or "",
         pg_timeout=flags.get("pg_timeout"),
         token=merged.get("token"),
     )
@@ -131,7 +131,7 @@ def validate(
     device: object = None,
     timeout: object = TIMEOUTS["join"],
     env: object = None,
-    debug: bool = False,
+    debug: object = False,
     pg_timeout: object = None,
     token: object = None,
 ) -> WorldConfig:
@@ -169,10 +169,22 @@ def validate(
         device=device_ or None,
         timeout=timeout_,
         env=dict(env or {}),  # type: ignore[call-overload]
-        debug=debug,
+        debug=debug_mode(debug),
         pg_timeout=pg_timeout_,
         token=None if token in (None, "") else str(token),
     )
+
+
+def debug_mode(debug: object) -> str:
+    """``--debug`` as a mode: "" (off), "files" (CANN keeps its log files) or "stdout"."""
+    if debug in (None, False, ""):
+        return ""
+    if debug is True:
+        return "files"
+    mode = str(debug).strip().lower()
+    if mode not in ("files", "stdout"):
+        raise ConfigError(f"--debug takes files (the default) or stdout, not {debug!r}")
+    return mode
 
 
 def positive_seconds(name: str, value: object) -> float:

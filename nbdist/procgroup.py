@@ -4,7 +4,8 @@ A stuck collective cannot be interrupted, and ``destroy_process_group`` waits
 for it. So nbdist can *cut* the groups: for gloo it shuts down the TCP
 connections the groups opened to their peers, which makes every pending
 operation on every rank fail at once with "connection closed", exactly as if
-a peer had died; for nccl/hccl it uses torch's abort.
+a peer had died; for nccl it uses torch's abort; for hccl, torch_npu's own
+(see :func:`abort_hccl`).
 
 The connections are found by what they are, not by when they were opened.
 The groups meet through a store that nbdist hands to torch, and every gloo
@@ -243,6 +244,12 @@ class ProcessGroup:
             n = shutdown_connections(self.endpoints)
             log.debug("cut %s connection(s) of %s (%s)", n, self.prefix, reason)
             return
+        if self.backend == "hccl":
+            # Destroying these groups would synchronise the HCCL streams (ProcessGroupHCCL::shutdown), which
+            # waits for the stuck operation: set them aside as for a collective left pending.
+            self.abandoned = True
+            self.reason = f"{self.reason}; {abort_hccl(self.reason)}"
+            return
         import torch.distributed as dist
 
         abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
@@ -394,6 +401,63 @@ def holders(namespace: dict[str, Any]) -> list[str]:
         elif isinstance(value, dist.ProcessGroup):
             found.append(f"{name} (a group from new_group)")
     return found
+
+
+HCCL_ABORT_WAIT = 2.0  # seconds the cut waits for torch_npu's abort before going on without it
+
+
+def abort_hccl(reason: str) -> str:
+    """Abort the HCCL communicators of every group in torch's registry; says what that can and cannot do.
+
+    Checked against the sources, not run (no NPU here). torch 2.13's ``_abort_process_group`` calls
+    ``Backend::abort()``, whose base version is empty (torch/csrc/distributed/c10d/Backend.hpp:525), and
+    ProcessGroupHCCL's ``abort(c10::optional<std::string>)`` has another signature, so it is not reached.
+    torch_npu binds ``abort_hccl_comm`` (Ascend/pytorch v26.2.0-beta.1-pytorch2.13.0,
+    torch_npu/csrc/distributed/Init.cpp:377, ProcessGroupHCCL.cpp:1479-1487): it destroys the communicators
+    (``HcclCommDestroy``) and forgets them, as ``torch_npu.distributed.reinit_process_group`` does
+    (distributed_c10d.py:362-388). An operation already queued on the NPU is not documented to end by it:
+    ``HCCL_EXEC_TIMEOUT`` ends it on the device. It takes a lock that a rank setting up a communicator
+    holds, so it runs in a thread of its own and the cut does not wait for it long.
+    """
+    exec_timeout = os.environ.get("HCCL_EXEC_TIMEOUT") or "1836"
+    tail = (f"an HCCL operation already on the NPU runs until HCCL_EXEC_TIMEOUT ends it, up to {exec_timeout} s "
+            "after it started; then the cell's next NPU call raises and the group is rebuilt")
+    done = threading.Event()
+    found: list[int] = []
+
+    def run() -> None:
+        try:
+            found.append(_abort_hccl_groups(reason))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="nbdist-hccl-abort", daemon=True).start()
+    if not done.wait(HCCL_ABORT_WAIT):
+        return f"torch_npu's abort_hccl_comm did not return within {HCCL_ABORT_WAIT:g} s (it goes on); {tail}"
+    if not found or found[0] == 0:
+        return f"this torch_npu has no abort_hccl_comm to call; {tail}"
+    return f"nbdist aborted the HCCL communicators of {found[0]} group(s) (abort_hccl_comm); {tail}"
+
+
+def _abort_hccl_groups(reason: str) -> int:
+    import torch
+    import torch.distributed as dist
+
+    count = 0
+    for group in list(getattr(dist.distributed_c10d._world, "pg_names", {})):
+        try:
+            backend = group._get_backend(torch.device("npu"))
+        except (RuntimeError, ValueError):
+            continue  # not an HCCL group
+        abort = getattr(backend, "abort_hccl_comm", None)
+        if abort is None:
+            continue
+        try:
+            abort(f"nbdist: {reason}")
+            count += 1
+        except RuntimeError as exc:
+            log.warning("abort_hccl_comm failed: %s", exc)
+    return count
 
 
 def _shut_down(groups: list[Any]) -> None:
