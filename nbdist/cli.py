@@ -46,7 +46,7 @@ def _world_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _env(args: argparse.Namespace) -> int:
-    from . import backends, envplan, netinfo
+    from . import ascend, backends, envplan, netinfo
     from .config import validate
     from .errors import ConfigError
 
@@ -59,13 +59,16 @@ def _env(args: argparse.Namespace) -> int:
             route = netinfo.route_to(cfg.master_addr, cfg.master_port)
         except OSError as exc:
             raise ConfigError(f"the master address {cfg.master_addr!r} does not resolve or route: {exc}") from None
-        variables = envplan.plan(backend, route, os.environ, cfg.env, cfg.debug)
+        npu = backends.npu_status()[2] if backend == "hccl" else None
+        variables = envplan.plan(backend, route, os.environ, cfg.env, cfg.debug, npu)
         pg = envplan.process_group_timeout(backend, variables)
     except ConfigError as exc:
         print(f"nbdist env: {exc}", file=sys.stderr)
         return 2
     print(f"# nbdist {__version__} plan for rank {cfg.rank} of {cfg.world_size}, backend {backend}, "
           f"master {cfg.master_addr}:{cfg.master_port}; process-group timeout {pg:g} s")
+    if npu is not None:
+        print(f"# Ascend stack here: {ascend.describe(npu)}")
     print("# to use in a shell: set -a; source <(nbdist env ...); set +a")
     print(envplan.as_shell(variables))
     return 0
@@ -74,7 +77,7 @@ def _env(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from . import doctor
 
-    checks = doctor.run(args.master_addr, args.master_port, args.backend)
+    checks = doctor.run(args.master_addr, args.master_port, args.backend, token=args.token)
     print(doctor.report(checks))
     return 1 if any(c.status == "FAIL" for c in checks) else 0
 
@@ -97,10 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     env.add_argument("--rank", type=int, default=0)
     env.add_argument("--world-size", type=int, default=2)
     env.add_argument("--env", action="append", metavar="KEY=VALUE", help="an override (repeatable)")
-    env.add_argument("--debug", action="store_true", help="include the backend's debug switches")
+    env.add_argument("--debug", nargs="?", const="files", choices=("files", "stdout"),
+                     help="include the backend's debug switches (hccl: CANN keeps its log files, or prints to stdout)")
     env.set_defaults(func=_env)
-    doc = sub.add_parser("doctor", help="check address, route, ports, devices; one line per check")
+    doc = sub.add_parser("doctor", help="check address, route, ports, devices; one line per check",
+                         description="Check address, route, master port, devices; one line per check. Exits 1 "
+                                     "if a check fails, else 0 (a server that requires a token, checked "
+                                     "without one, is a warning).")
     _world_flags(doc)
+    doc.add_argument("--token", default=None,
+                     help="the world's token, to check that the server takes it (else NBDIST_TOKEN); never shown")
     doc.set_defaults(func=_doctor)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -7,17 +7,23 @@ short timeout, so the whole run takes seconds and never hangs.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from . import netinfo
-from .errors import NbdistError
+from . import hcclports, netinfo
+from .config import env_settings
+from .errors import NbdistError, NotNbdistServerError, TokenError
 from .store import connect, probe, run_in_thread
 
 PROBE_TIMEOUT = 2.0
+SERVER_TIMEOUT = 2.0  # seconds the handshake with what answers on the master port may take
+# A token on a command line, as in `nbdist serve --token X` (or `--token=X`): never shown.
+HCCN_TOOL_DIR = "/usr/local/Ascend/driver/tools"  # where the Ascend driver installs hccn_tool
 
 
 @dataclass(frozen=True)
@@ -32,19 +38,12 @@ class Check:
         return f"[{self.status:^4}] {self.name}: {self.detail}{fix}"
 
 
-def _server_check(host: str, port: int, local: bool) -> Check:
+def _server_check(host: str, port: int, local: bool, token: str | None = None, token_source: str = "--token") -> Check:
+    """What answers at host:port; for an nbdist server, whether ``token`` is the one it requires (never shown)."""
     name = f"TCP to {host}:{port}"
     state = probe(host, port, PROBE_TIMEOUT)
     if state == "open":
-        try:
-            client = run_in_thread(lambda: connect(host, port, timeout=2.0), 5.0, "asking the server")
-            marker = client.get_json("server")
-            client.close()
-        except NbdistError as exc:
-            return Check(name, "FAIL", f"something answers, but not an nbdist server ({exc})",
-                         "choose another --master-port, or stop the program on it")
-        return Check(name, "ok", f"an nbdist server answers (nbdist {marker.get('nbdist')} on "
-                     f"{marker.get('host')}, pid {marker.get('pid')})")
+        return _nbdist_server_check(name, host, port, token, token_source)
     if state == "refused":
         if local:
             return Check(name, "ok", "nothing listens yet; rank 0's %%dist_init will start the server here")
@@ -57,6 +56,54 @@ def _server_check(host: str, port: int, local: bool) -> Check:
     return Check(name, "FAIL", "no route to the master", "check --master-addr and this host's network")
 
 
+def _ask(host: str, port: int, token: str | None) -> dict[str, Any]:
+    """The server's marker, through the same handshake and token check as %%dist_init's."""
+    import torch.distributed  # noqa: F401  # first import can take seconds: not under the deadline below
+
+    def ask() -> dict[str, Any]:
+        client = connect(host, port, timeout=SERVER_TIMEOUT, token=token)
+        client.close()
+        return client.marker
+
+    return run_in_thread(ask, SERVER_TIMEOUT + 5.0, "asking the server")  # handshake, then marker (2 s grace)
+
+
+def _nbdist_server_check(name: str, host: str, port: int, token: str | None, token_source: str) -> Check:
+    """Is it nbdist's server, and does it take ``token``? ``connect`` raises the same errors a join would."""
+    try:
+        try:
+            marker = _ask(host, port, token)
+        except TokenError:
+            if not token:  # the only refusal of no token: the server requires one
+                return Check(name, "warn", "an nbdist server answers and requires a token; give it with --token "
+                             "or NBDIST_TOKEN to check it")
+            try:  # a token was refused: wrong, or the server requires none?
+                marker = _ask(host, port, None)
+            except TokenError:
+                return Check(name, "FAIL", f"an nbdist server answers, but the token ({token_source}) is wrong: "
+                             "%%dist_init with it would be refused",
+                             "give the token that rank 0's %%dist_init (or `nbdist serve`) was started with, "
+                             "with --token or NBDIST_TOKEN")
+            return Check(name, "FAIL", f"an nbdist server answers ({_describe(marker)}) and requires no token, but "
+                         f"one was given ({token_source}): %%dist_init with it would be refused",
+                         "drop the token here, or start rank 0 (or `nbdist serve`) with the same --token")
+    except NotNbdistServerError as exc:
+        return Check(name, "FAIL", f"something answers, but not an nbdist server ({exc})",
+                     "choose another --master-port, or stop the program on it")
+    except NbdistError as exc:  # it was nbdist's, or might be, but stopped answering mid-check: stop nothing
+        return Check(name, "FAIL", f"the check of the server did not finish ({exc})",
+                     "run the doctor again (a busy host can be slow); if it fails the same way, see whether "
+                     "rank 0's kernel (or `nbdist serve`) is stuck")
+    if marker.get("auth") is None:
+        return Check(name, "ok", f"an nbdist server answers ({_describe(marker)}); it requires no token")
+    return Check(name, "ok", f"an nbdist server answers ({_describe(marker)}); it requires a token, and the one "
+                 f"given ({token_source}) is right")
+
+
+def _describe(marker: dict[str, Any]) -> str:
+    return f"nbdist {marker.get('nbdist')} on {marker.get('host')}, pid {marker.get('pid')}"
+
+
 def _local_port_check(port: int) -> Check:
     holder = netinfo.port_holder(port)
     if holder is None:
@@ -65,39 +112,114 @@ def _local_port_check(port: int) -> Check:
                  "fine if that is this world's rank 0 kernel or `nbdist serve`; else choose another --master-port")
 
 
-def _hccl_port_checks(host: str, environ: Mapping[str, str]) -> list[Check]:
-    base = int(environ.get("HCCL_IF_BASE_PORT") or 60000)
-    ports = [base, base + 15, int(environ.get("HCCL_NPU_SOCKET_PORT_RANGE", "16666").split("-")[0])]
-    with ThreadPoolExecutor(len(ports)) as pool:
-        states = list(pool.map(lambda p: probe(host, p, PROBE_TIMEOUT), ports))
+def _hccl_port_checks(
+    host: str, environ: Mapping[str, str], *, device_index: int = 0, hccn_timeout: float = 3.0
+) -> list[Check]:
+    """HCCL's host ports on rank 0's host, probed all at once; what cannot be probed from a host, said plainly."""
     checks = []
-    for port, state in zip(ports, states, strict=True):
-        if state == "timeout":
-            checks.append(Check(f"HCCL port {host}:{port}", "FAIL", "filtered (no answer)",
-                                f"open TCP {base}-{base + 31} and 16666 between the notebooks"))
+    spec = hcclports.host_ports(environ)
+    name = f"HCCL host ports {host}"
+    if spec.ports:
+        name += f":{hcclports.format_ports(spec.ports)}"
+    if spec.problem:
+        fix = (f"set {spec.source} to one integer in {hcclports.BASE_PORT_MIN}-{hcclports.BASE_PORT_MAX}, or unset it"
+               if spec.source == hcclports.BASE_PORT_VAR else f"set {spec.source} to {hcclports.FORMS}, or unset it")
+        checks.append(Check(name, "FAIL", spec.problem, fix))
+    elif spec.auto:
+        checks.append(Check(name, "info", f"{spec.label}: the OS picks them, so there is nothing fixed to probe",
+                            "a firewall between the hosts must allow rank 0's ephemeral ports "
+                            "(net.ipv4.ip_local_port_range), or set a fixed range, e.g. "
+                            f"{hcclports.HOST_RANGE_VAR}=60000-60031"))
+    else:
+        wanted = hcclports.format_ports(spec.ports)
+        # Every port at once, under one deadline: 32 filtered ports cost one PROBE_TIMEOUT, not 32.
+        pool = ThreadPoolExecutor(min(32, len(spec.ports)))
+        futures = {pool.submit(probe, host, port, PROBE_TIMEOUT): port for port in spec.ports}
+        done, _ = wait(futures, timeout=PROBE_TIMEOUT + 1.0)
+        pool.shutdown(wait=False, cancel_futures=True)  # the few still running end within PROBE_TIMEOUT
+        states = {futures[f]: f.result() for f in done}
+        by_state: dict[str, list[int]] = {}
+        for port in spec.ports:
+            by_state.setdefault(states.get(port, "late"), []).append(port)
+        n = {state: len(by_state.get(state, ())) for state in ("open", "refused", "timeout", "unreachable", "late")}
+        parts = [f"{n['open']} open", f"{n['refused']} refused", f"{n['timeout']} filtered"]
+        if n["unreachable"]:
+            parts.append(f"{n['unreachable']} unreachable (no route)")
+        if n["late"]:
+            parts.append(f"{n['late']} not probed within {PROBE_TIMEOUT + 1.0:g} s")
+        detail = f"{', '.join(parts)} ({spec.label})"
+        if spec.capped:
+            detail += f"; only the first {len(spec.ports)} of the {spec.total} ports it names are probed"
+        if spec.note:
+            detail += f"; {spec.note}"
+        bad = by_state.get("timeout", []) + by_state.get("unreachable", [])
+        if bad:
+            if len(bad) < len(spec.ports):
+                detail += f"; no answer from {hcclports.format_ports(sorted(bad))}"
+            checks.append(Check(name, "FAIL", detail, f"open TCP {spec.value if spec.capped else wanted} on rank 0's "
+                                "host to the other hosts"))
+        elif n["late"]:
+            checks.append(Check(name, "warn", detail, "run the doctor again; probes were slow"))
         else:
-            detail = "reachable" if state == "open" else f"{state} (normal before the first collective)"
-            checks.append(Check(f"HCCL port {host}:{port}", "ok", detail))
+            if n["refused"]:
+                detail += ("; refused is normal before the first collective (HCCL listens only while a "
+                           "communicator is being set up), and it means no firewall drops them")
+            checks.append(Check(name, "ok", detail))
+
+    npu = hcclports.npu_ports(environ)
+    name = "HCCL NPU port"
+    if npu.problem:
+        checks.append(Check(name, "FAIL", npu.problem, f"set {npu.source} to {hcclports.FORMS}, or unset it"))
+    else:
+        which = "picked by the device (auto)" if npu.auto else hcclports.format_ports(npu.ports)
+        checks.append(Check(name, "info", f"{which} ({npu.label}): it lives on the NPU's own network card (device "
+                            "NIC, RoCE), not on the host, so it cannot be tested from here; the two NPUs' device "
+                            "IPs must reach each other on it"))
+
+    name = f"HCCL device IP (NPU {device_index})"
+    tool = shutil.which("hccn_tool") or shutil.which("hccn_tool", path=HCCN_TOOL_DIR)
+    if tool is None:
+        checks.append(Check(name, "info", f"unknown: hccn_tool was found neither on PATH nor in {HCCN_TOOL_DIR}",
+                            "install the Ascend driver's tools to read the device IP"))
+        return checks
+    command = [tool, "-i", str(device_index), "-ip", "-g"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=hccn_timeout,
+                                check=False)
+    except subprocess.TimeoutExpired:
+        checks.append(Check(name, "warn", f"hccn_tool gave no answer within {hccn_timeout:g} s"))
+        return checks
+    except (OSError, subprocess.SubprocessError) as exc:
+        checks.append(Check(name, "warn", f"hccn_tool could not run ({exc})"))
+        return checks
+    ip = hcclports.parse_hccn_ip(result.stdout)
+    if ip is None:
+        output = (result.stdout.strip() or result.stderr.strip() or "(no output)").splitlines()[0]
+        checks.append(Check(name, "warn", f"`hccn_tool -i {device_index} -ip -g` printed no ipaddr "
+                            f"(exit {result.returncode}): {output}"))
+    else:
+        checks.append(Check(name, "info", f"{ip} (hccn_tool -i {device_index} -ip -g)",
+                            f"the other host's NPU must reach it: `hccn_tool -i {device_index} -ping -g address "
+                            f"{ip}` there"))
     return checks
 
 
 def _device_checks() -> list[Check]:
-    from .backends import _npu_status
+    from . import ascend
+    from .backends import guard_torch_import, npu_status
 
-    npu_usable, why = _npu_status()
-    checks = []
-    if npu_usable:
-        try:
-            import torch
-            import torch_npu  # noqa: F401
-
-            n = torch.npu.device_count()
-            names = ", ".join(torch.npu.get_device_name(i) for i in range(n))
-            checks.append(Check("NPUs", "ok" if n else "warn", f"{n} ({names or 'none'})"))
-        except Exception as exc:  # shown to the user as the check's result
-            checks.append(Check("NPUs", "FAIL", f"torch_npu present but unusable: {exc}"))
+    usable, why, facts = npu_status()
+    guard_torch_import(facts)  # before the import of torch below
+    if usable:
+        checks = [Check("NPUs", "ok", ascend.describe(facts))]
+    elif facts.torch_npu is not None:
+        checks = [Check("NPUs", "FAIL", why, "see the CANN installation guide; `source set_env.sh` in every "
+                                             "notebook's environment before the kernel starts")]
     else:
-        checks.append(Check("NPUs", "info", why))
+        checks = [Check("NPUs", "info", why)]
+    if facts.autoload_forced and not usable:
+        checks.append(Check("TORCH_DEVICE_BACKEND_AUTOLOAD", "warn", "set to 1, but torch_npu cannot load here",
+                            "unset it: with it, every `import torch` fails"))
     import torch
 
     if torch.cuda.is_available():
@@ -126,9 +248,12 @@ def _suspicious(master: str, environ: Mapping[str, str], ranks: Sequence[Mapping
 
 def _version_checks(ranks: Sequence[Mapping[str, Any]]) -> list[Check]:
     checks = []
-    for key in ("torch", "nbdist", "python"):
+    keys = ["torch", "nbdist", "python"]
+    if any(r.get("backend") == "hccl" for r in ranks):
+        keys += ["torch_npu", "cann"]  # HCCL refuses peers on another CANN version (EI0008)
+    for key in keys:
         values = {str(r.get(key)) for r in ranks}
-        status = "ok" if len(values) == 1 else ("warn" if key != "torch" else "FAIL")
+        status = "ok" if len(values) == 1 else ("warn" if key in ("nbdist", "python") else "FAIL")
         checks.append(Check(f"{key} versions", status, ", ".join(sorted(values))))
     return checks
 
@@ -139,9 +264,17 @@ def run(
     backend: str = "auto",
     ranks: Sequence[Mapping[str, Any]] | None = None,
     environ: Mapping[str, str] | None = None,
+    token: str | None = None,
+    token_source: str = "--token",
 ) -> list[Check]:
-    """All checks, in order; ``ranks`` are the joined ranks' registrations, when in a world."""
+    """All checks, in order; ``ranks`` are the joined ranks' registrations, when in a world.
+
+    ``token`` (else ``NBDIST_TOKEN``) is checked against the server's; ``token_source`` says where it came from.
+    A server that requires a token, checked without one, is a warning, not a failure.
+    """
     environ = os.environ if environ is None else environ
+    if not token:
+        token, token_source = env_settings(environ).get("token"), "NBDIST_TOKEN"
     checks: list[Check] = []
     try:
         ip = netinfo.resolve(master_addr)
@@ -151,9 +284,9 @@ def run(
     route = netinfo.route_to(ip, master_port)
     where = "this host" if route.master_is_local else f"via {route.interface or '?'} ({route.local_ip})"
     checks.append(Check("master address", "ok", f"{master_addr} is {ip}, reached {where}"))
-    checks.append(_server_check(ip, master_port, route.master_is_local))
+    checks.append(_server_check(ip, master_port, route.master_is_local, token, token_source))
     if route.master_is_local:
-        checks.append(_local_port_check(master_port))
+        checks.append(_local_port_check(master_port))  # netinfo.port_holder hides a --token on the command line
     if backend == "hccl":
         checks += _hccl_port_checks(ip, environ)
     checks += _device_checks()
