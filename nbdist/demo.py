@@ -143,8 +143,9 @@ def run(world_size: int = 2, port: int | None = None, out=sys.stdout, timeout: f
         expected = expectations(world_size)
         ddp: list[float] = []
         for step, code, key in STEPS:
+            # The checked value is also the cell's last expression, so the table shows it as its Out row.
             results = kernels.execute_all(
-                ks, "%%collective\n" + code, timeout=timeout, user_expressions={"v": "_nbdist_demo"}
+                ks, "%%collective\n" + code + "_nbdist_demo\n", timeout=timeout, user_expressions={"v": "_nbdist_demo"}
             )
             print(f"=== {step} (as rank 0's notebook shows it) ===", file=out)
             print(results[0].text(), file=out)

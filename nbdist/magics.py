@@ -36,8 +36,12 @@ class DistMagics(Magics):
     @argument("--timeout", help=f"seconds to wait for every rank to join (default {config.TIMEOUTS['join']:g})")
     @argument("--env", action="append", metavar="KEY=VALUE",
               help="set a backend variable (repeatable); shown in the summary")
-    @argument("--debug", action="store_true", help="turn on the backend's diagnostics")
-    @argument("--pg-timeout", help="seconds before a stuck collective fails (default 300; above HCCL_EXEC_TIMEOUT)")
+    @argument("--debug", nargs="?", const="files", choices=("files", "stdout"),
+              help="turn on the backend's diagnostics; for hccl, CANN keeps writing its log files (files, the "
+                   "default) or prints them here and writes none (stdout)")
+    @argument("--pg-timeout", help=f"seconds before a stuck collective fails (default "
+                                   f"{config.TIMEOUTS['process_group']:g}; for hccl at least 60 s above "
+                                   "HCCL_CONNECT_TIMEOUT and HCCL_EXEC_TIMEOUT, so 660 by default)")
     @argument("--token", help="a shared secret every rank must present to join (else NBDIST_TOKEN)")
     @line_cell_magic
     def dist_init(self, line: str, cell: str | None = None) -> None:
@@ -88,7 +92,8 @@ class DistMagics(Magics):
         display(summary_table(
             f"nbdist world · {cfg.world_size} rank(s) · rendezvous {address} · this notebook is rank {cfg.rank}",
             ranks, footer=" ".join(filter(None, [config.describe_sources(cfg), _version_note(ranks),
-                                                 _replaced_note(self.session.world)])),
+                                                 _replaced_note(self.session.world),
+                                                 *(f"warning: {note}." for note in self.session.notes)])),
         ))
 
     @magic_arguments()
@@ -131,11 +136,16 @@ class DistMagics(Magics):
     @argument("--backend", default=None, help="gloo, nccl or hccl (default: this world's, else auto)")
     @argument("--master-addr", default=None, help="the master's address (default: this world's)")
     @argument("--master-port", default=None, help="the master port (default: this world's, else 29500)")
-    @argument("--env", action="append", metavar="KEY=VALUE", help="an override, as with %%dist_init")
-    @argument("--debug", action="store_true", help="include the debug switches")
+    @argument("--env", action="append", metavar="KEY=VALUE",
+              help="an override, as with %%dist_init (default: this world's --env flags)")
+    @argument("--debug", nargs="?", const="files", choices=("files", "stdout"),
+              help="include the debug switches (default: as this world's %%dist_init had it)")
     @line_magic
     def dist_env(self, line: str) -> None:
-        """Show the environment plan (variable, value, why) for a backend on this host; changes nothing."""
+        """Show the environment plan (variable, value, why) for a backend on this host; changes nothing.
+
+        In a joined world it shows that world's plan, with the --env and --debug flags its %%dist_init had.
+        """
         args = parse_argstring(self.dist_env, line)
         cfg = self.session.config
         try:
@@ -144,8 +154,11 @@ class DistMagics(Magics):
                 raise ConfigError("pass --master-addr (or run %%dist_init first)")
             port = args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT)
             backend = args.backend or (self.session.choice.backend if self.session.choice else "auto")
+            # Inside a world, its own --env and --debug count, as at %%dist_init; flags given here replace them.
+            env = envplan.parse_overrides(args.env) if args.env else (dict(cfg.env) if cfg else {})
+            debug = args.debug if args.debug is not None else (cfg.debug if cfg else "")
             planned = config.validate(rank=0, world_size=1, master_addr=master, master_port=port, backend=backend,
-                                      env=envplan.parse_overrides(args.env), debug=args.debug)
+                                      env=env, debug=debug)
             if planned.backend == "auto":
                 backend = backends.choose("auto", None, 0).backend
             print(envplan.as_shell(self.session.plan_for(planned, backend)))
@@ -156,9 +169,14 @@ class DistMagics(Magics):
     @argument("--master-addr", default=None, help="the master's address (default: this world's)")
     @argument("--master-port", default=None, help="the master port (default: this world's, else 29500)")
     @argument("--backend", default=None, help="gloo, nccl or hccl (default: this world's)")
+    @argument("--token", default=None,
+              help="the token to check the server takes (default: this world's, else NBDIST_TOKEN); never shown")
     @line_magic
     def dist_doctor(self, line: str) -> None:
-        """Check what a world needs: address, route, master port, HCCL ports, devices, versions, settings."""
+        """Check what a world needs: address, route, master port, HCCL ports, devices, versions, settings.
+
+        In a joined world the server is checked with the world's own token.
+        """
         args = parse_argstring(self.dist_doctor, line)
         cfg = self.session.config
         master = args.master_addr or (cfg.master_addr if cfg else None)
@@ -167,7 +185,10 @@ class DistMagics(Magics):
         port = _port(args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT))
         backend = args.backend or (self.session.choice.backend if self.session.choice else "auto")
         ranks = self.session.world.ranks if self.session.world else None
-        print(doctor.report(doctor.run(master, port, backend, ranks)))
+        token, source = args.token, "--token"
+        if not token and cfg is not None and cfg.token:
+            token, source = cfg.token, f"this world's, from {cfg.sources.get('token', '%%dist_init')}"
+        print(doctor.report(doctor.run(master, port, backend, ranks, token=token, token_source=source)))
 
     @line_magic
     def dist_status(self, line: str) -> None:
@@ -183,7 +204,8 @@ class DistMagics(Magics):
         display(table)
 
     @magic_arguments()
-    @argument("--timeout", default=config.TIMEOUTS["barrier"], help="seconds to wait for the other ranks")
+    @argument("--timeout", default=config.TIMEOUTS["barrier"],
+              help=f"seconds to wait for the other ranks (default {config.TIMEOUTS['barrier']:g})")
     @line_magic
     def dist_barrier(self, line: str) -> None:
         """Wait until every rank reaches a %dist_barrier."""
@@ -301,7 +323,10 @@ def load(shell: Any) -> None:
         shell.input_transformers_cleanup.append(bare_cell_magic_as_line)
     shell.events.register("pre_run_cell", magics.session.before_cell)
     shell.events.register("post_run_cell", magics.session.after_cell)
-    atexit.register(magics.session.close)
+    atexit.register(magics.session.close_at_exit)
+    magics.session.prepare()
+    for note in magics.session.notes:
+        display(Message(f"nbdist: warning: {note}"))
 
 
 def unload(shell: Any) -> None:
@@ -310,7 +335,7 @@ def unload(shell: Any) -> None:
     if magics is None:
         return
     magics.session.close()
-    atexit.unregister(magics.session.close)
+    atexit.unregister(magics.session.close_at_exit)
     for event, callback in (("pre_run_cell", magics.session.before_cell), ("post_run_cell", magics.session.after_cell)):
         if callback in shell.events.callbacks[event]:
             shell.events.unregister(event, callback)

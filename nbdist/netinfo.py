@@ -10,6 +10,7 @@ import fcntl
 import glob
 import ipaddress
 import os
+import re
 import socket
 import struct
 from collections.abc import Iterable
@@ -88,6 +89,34 @@ def route_to(master: str, port: int = 29500) -> Route:
     return Route(master_ip, local_ip, owners.get(local_ip, ""), False)
 
 
+def host_addresses() -> list[str]:
+    """This host's IPv4 addresses other than loopback: where ranks on other hosts may reach it."""
+    return [addr for addr in interfaces().values() if not ipaddress.ip_address(addr).is_loopback]
+
+
+def route_to_peer(candidates: Iterable[str]) -> Route | None:
+    """The route to the first of a peer's ``candidates`` addresses that leaves by a real interface, if any.
+
+    Loopback addresses and this host's own are passed over: they would name this host, not the peer
+    (two hosts often share an address, such as docker0's 172.17.0.1). ``master_ip`` is the peer's address.
+    """
+    own = _all_addresses()
+    for candidate in candidates:
+        try:
+            ip = ipaddress.ip_address(plain_ip(candidate))
+        except ValueError:
+            continue
+        if ip.is_loopback or ip.is_unspecified or str(ip) in own:
+            continue
+        try:
+            route = route_to(str(ip))
+        except OSError:  # no route from here (or a link-local address without its scope)
+            continue
+        if route.interface and not ipaddress.ip_address(route.local_ip).is_loopback:
+            return route
+    return None
+
+
 def hostname_is_loopback() -> bool:
     """Whether this host's own name resolves to a loopback address (common on cloud notebooks)."""
     try:
@@ -137,8 +166,12 @@ def tcp_sockets(proc: str = "/proc/net") -> list[TcpSocket]:
     return found
 
 
+# A holder's command line may be `nbdist serve --token SECRET`: messages never show the secret.
+_TOKEN_ARGUMENT = re.compile(r"(?<=--token[= ])\S+")
+
+
 def port_holder(port: int) -> str | None:
-    """'pid N: command line' of the local process listening on ``port``, if this host can tell."""
+    """'pid N: command line' of the local process listening on ``port`` (tokens hidden), if this host can tell."""
     inodes = {f"socket:[{s.inode}]" for s in tcp_sockets() if s.listening and s.local[1] == port}
     if not inodes:
         return None
@@ -148,7 +181,7 @@ def port_holder(port: int) -> str | None:
                 pid = fd.split("/")[2]
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-                return f"pid {pid}: {cmd}"
+                return f"pid {pid}: {_TOKEN_ARGUMENT.sub('(hidden)', cmd)}"
         except OSError:
             continue
     return "a process this user cannot see"

@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import platform
 import socket
-import threading
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__, backends, capture, cells, envplan, netinfo, rendezvous
+from . import __version__, backends, capture, cells, envplan, netinfo, rendezvous, tunnel
 from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig, is_local_address
 from .errors import ConfigError, JoinError, NotInitializedError, StoreConnectionError, TokenError
+from .heartbeat import Heartbeat
 from .hooks import Collectives
 from .procgroup import ProcessGroup, destroy_default
-from .pulse import Pulse
 from .store import Server, StoreClient, connect, probe, run_in_thread
 from .world import World
 
 log = logging.getLogger(__name__)
 
+_BUILT_HCCL = "this kernel has built an HCCL process group already"
+EXIT_GRACE = 3.0  # seconds a kernel that hosts the server keeps serving at exit while other ranks still use it
 TOKEN_GRACE = 5.0  # seconds a refused token is tried again (the server's rank may be restarting it)
+# The variable by which each backend is told what to advertise to the other ranks, which connect to it directly.
 
 
 def _node_id() -> str:
@@ -44,62 +48,9 @@ _UNREACHABLE = {
 }
 
 
-class Heartbeat:
-    """Proves this kernel is alive: its pulse process beats in the store, and this thread feeds it.
-
-    The pulse (:mod:`nbdist.pulse`) keeps beating while the kernel's Python is
-    busy in one long C call, and says "gone" when the kernel dies. Until its
-    first beat shows (about 0.1 s), or if it cannot run, this thread writes
-    the beats itself, as a plain heartbeat.
-    """
-
-    def __init__(self, client: StoreClient, session: str, rank: int) -> None:
-        self._client, self._key, self._rank = client, f"hb/{session}", rank
-        self._stop = threading.Event()
-        self.pulse: Pulse | None = None
-        try:
-            self.pulse = Pulse.start(client.host, client.port, self._key, rank)
-        except OSError as exc:
-            log.warning("nbdist: no pulse process (%s); liveness falls back to a thread, which a long C call "
-                        "holding the GIL stops", exc)
-        self._thread = threading.Thread(target=self._run, name="nbdist-heartbeat", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        n, pulsing = 0, False
-        while not self._stop.is_set():
-            pulse = self.pulse
-            try:
-                if pulse is not None and pulse.running:
-                    pulse.beat()
-                    if not pulsing:
-                        beat = self._client.get_json_if(self._key)
-                        pulsing = beat is not None and beat.get("pulse") == pulse.pid
-                elif pulsing:
-                    log.warning("nbdist: the pulse process ended (%s); this thread beats instead",
-                                pulse.error() if pulse is not None else "")
-                    pulsing = False
-                if not pulsing:
-                    n += 1
-                    self._client.set_json(self._key, {"n": -n, "t": time.time(), "rank": self._rank})
-            except StoreConnectionError as exc:
-                log.warning("nbdist heartbeat stopped: %s", exc)
-                return
-            self._stop.wait(HEARTBEAT_INTERVAL / 2)
-
-    def stop(self) -> None:
-        """Stop beating (the pulse too, without it saying "gone") and remove the key; idempotent."""
-        if self._stop.is_set():
-            return
-        self._stop.set()
-        self._thread.join(timeout=2 * HEARTBEAT_INTERVAL)
-        if self.pulse is not None:
-            self.pulse.stop()
-        try:
-            self._client.delete(self._key)
-        except StoreConnectionError:
-            log.debug("server gone; heartbeat key not removed")
-        self._client.close()
+def _env_lines(plan: list[envplan.EnvVar]) -> list[str]:
+    """The plan as a registration shows it (the init summary's "environment" row)."""
+    return [f"{v.key}={v.value}  # {v.source}" for v in plan if v.value is not None]
 
 
 class Session:
@@ -121,28 +72,66 @@ class Session:
         self._applied: dict[str, str] = {}  # what nbdist itself put in os.environ
         self._replaced: dict[str, str | None] = {}  # what those variables held before nbdist set them
         self.pg_timeout = envplan.PG_TIMEOUT
+        self._early: set[str] = set()  # variables set at %load_ext; kept until the extension is unloaded
+        self.npu_seen: dict[str, str | None] | None = None  # what torch_npu read once in this process, if known
+        self.npu_seen_when = ""
+        self.notes: list[str] = []  # warnings for the init summary
+        self._around_tunnel: envplan.EnvVar | None = None  # the interface chosen for the peers, the master on loopback
         self.hooks = Collectives()
         self.cell_entered = False  # whether the running notebook cell's %%collective reached the protocol
 
     # --- joining ------------------------------------------------------------
+    def prepare(self) -> None:
+        """At ``%load_ext``: what can be set before the master is known, before torch_npu reads it.
+
+        torch_npu reads some variables once per process (:data:`nbdist.envplan.READ_ONCE`); set now,
+        they are in place however the notebook goes on.
+        """
+        usable, _, facts = backends.npu_status()
+        self.notes = backends.guard_torch_import(facts)
+        if "torch_npu" in sys.modules:
+            self.npu_seen = {key: os.environ.get(key) for key in envplan.READ_ONCE}
+            self.npu_seen_when = "torch_npu was imported before %load_ext nbdist"
+        if not usable:
+            return
+        variables = envplan.early(self.environ_for_config(), facts)
+        values = {v.key: v.value for v in variables if v.value is not None and v.source == "nbdist"}
+        self._setenv(values)
+        self._early.update(values)
+
     def init(self, cfg: WorldConfig, on_status: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
         """Join (or re-join) the world described by ``cfg``; returns every rank's registration."""
         self.leave()
         self.config = cfg
         self.choice = backends.choose(cfg.backend, cfg.device, 0)
         self._apply_plan(cfg)
+        self.notes = [*self.choice.warnings, *(v.warning for v in self.env_plan if v.warning)]
+        late = envplan.stale(self.env_plan, self.npu_seen) if self.choice.backend == "hccl" else []
+        if late:
+            certain = self.npu_seen_when == _BUILT_HCCL
+            self.notes.append(
+                f"these values {'will' if certain else 'may'} not take effect: {', '.join(late)}. torch_npu reads "
+                f"them once per process, at its first HCCL process group, and {self.npu_seen_when}"
+                f"{'' if certain else ' (a group made since keeps what torch_npu read then)'}. Restart the kernel "
+                "and run %load_ext nbdist before anything imports torch")
         import torch
 
         deadline = time.monotonic() + cfg.timeout
         self.client = self._reach_server(cfg, deadline, on_status)
         self.heartbeat = Heartbeat(self.client.clone(op_timeout=5.0), self.id, cfg.rank)
         self._watch_client = self.client.clone(op_timeout=5.0)
+        try:
+            addr = netinfo.route_to(cfg.master_addr, cfg.master_port).local_ip
+        except OSError:  # plan_for routed it a moment ago
+            addr = ""
         me = {
             "session": self.id,
             "rank": cfg.rank,
             "host": socket.gethostname(),
             "node": _node_id(),
             "pid": os.getpid(),
+            "addr": addr,  # this rank's end of its route to the master (loopback: a tunnel or proxy)
+            "addrs": netinfo.host_addresses(),
             "nbdist": __version__,
             "torch": torch.__version__,
             "python": platform.python_version(),
@@ -150,14 +139,17 @@ class Session:
             "backend_reason": self.choice.reason,
             "device": self.choice.device,
             "device_chosen": cfg.device is not None,
-            "agreed": envplan.agreed_values(self.choice.backend, self.env_plan),
-            "env": [f"{v.key}={v.value}  # {v.source}" for v in self.env_plan if v.value is not None],
+            "torch_npu": self.choice.npu.torch_npu,
+            "cann": self.choice.npu.cann,
+            "agreed": envplan.agreed_values(self.choice.backend, self.env_plan, self.choice.npu),
+            "env": _env_lines(self.env_plan),
         }
         self.world = rendezvous.join(self.client, me, cfg.world_size, cfg.timeout, on_status, deadline=deadline)
         problems = envplan.disagreements(self.world.ranks)
         if problems:
             self.world = None
             raise JoinError("; ".join(problems) + ". Use the same values in every notebook, then re-run %%dist_init")
+        self._route_around_tunnel(cfg)
         self._settle_devices()
         self._set_environment(cfg)
         self.hooks.group_timeout = self.pg_timeout
@@ -168,13 +160,40 @@ class Session:
         self.world.note("joined")
         return self.world.ranks
 
+    def _route_around_tunnel(self, cfg: WorldConfig) -> None:
+        """Behind a tunnel or proxy to the master, advertise the interface that routes to the peers (nbdist.tunnel)."""
+        world, choice = self.world, self.choice
+        assert world is not None and choice is not None
+        hosting = self.server is not None and self.server.running
+        chosen, note, addr = tunnel.detour(world.ranks, world.rank, choice.backend, self.env_plan, cfg.master_addr,
+                                     hosting, world.describe)
+        self._around_tunnel = chosen
+        if note:
+            self.notes.append(note)
+        if chosen is None:
+            if note:
+                log.warning("nbdist: %s", note)  # shown at once: the process group may never form
+            return
+        self.env_plan = [chosen if v.key == chosen.key else v for v in self.env_plan]
+        self._setenv({chosen.key: chosen.value})
+        mine = world.ranks[world.rank]
+        mine.update(addr=addr, env=_env_lines(self.env_plan))
+        world.client.set(world.key(f"rank/{world.rank}"), json.dumps(mine))  # for those who read it again
+
     def plan_for(self, cfg: WorldConfig, backend: str) -> list[envplan.EnvVar]:
         """The environment plan for ``backend`` on this host (values nbdist set earlier are not the user's)."""
         try:
             route = netinfo.route_to(cfg.master_addr, cfg.master_port)
         except OSError as exc:
             raise ConfigError(f"the master address {cfg.master_addr!r} does not resolve or route: {exc}") from None
-        return envplan.plan(backend, route, self.environ_for_config(), cfg.env, cfg.debug)
+        npu = self.choice.npu if self.choice is not None and self.choice.backend == backend else None
+        if npu is None and backend == "hccl":
+            npu = backends.npu_status(count=False)[2]
+        variables = envplan.plan(backend, route, self.environ_for_config(), cfg.env, cfg.debug, npu)
+        chosen = self._around_tunnel if self.world is not None else None
+        if chosen is not None and tunnel.is_loopback(route.local_ip):  # as at this world's join
+            variables = [chosen if v.key == chosen.key and v.source == "nbdist" else v for v in variables]
+        return variables
 
     def _apply_plan(self, cfg: WorldConfig) -> None:
         assert self.choice is not None
@@ -190,17 +209,19 @@ class Session:
             os.environ[key] = value
             self._applied[key] = value
 
-    def _restore_environment(self) -> None:
-        """Put back what nbdist changed in os.environ, where the value is still nbdist's."""
-        for key, old in self._replaced.items():
-            if os.environ.get(key) != self._applied.get(key):
-                continue  # changed since by someone else: theirs
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
-        self._replaced.clear()
-        self._applied.clear()
+    def _restore_environment(self, keep: set[str] | None = None) -> None:
+        """Put back what nbdist changed in os.environ, where the value is still nbdist's (but ``keep``)."""
+        keep = keep or set()
+        for key, old in list(self._replaced.items()):
+            if key in keep:
+                continue
+            if os.environ.get(key) == self._applied.get(key):  # else changed since by someone else: theirs
+                if old is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = old
+            del self._replaced[key]
+            self._applied.pop(key, None)
 
     def environ_for_config(self) -> dict[str, str]:
         """The environment as the user set it: values nbdist itself set are left out."""
@@ -304,7 +325,12 @@ class Session:
             old.cut("rebuilt")  # nothing may still wait on it, or destroying it would hang
             old.destroy()
         destroy_default()
+        # The group's waits in the store (gloo's eager set-up, NCCL's and HCCL's lazy one at the first
+        # collective) get the group's timeout: torch sets it on the store only when it makes the store itself.
         store = self.client.clone(op_timeout=self.pg_timeout).raw()
+        if self.choice.backend == "hccl" and self.npu_seen is None:
+            self.npu_seen = {key: os.environ.get(key) for key in envplan.READ_ONCE}
+            self.npu_seen_when = _BUILT_HCCL
         prefix = f"nbdist/r/{world.round}/pg/{world.gen}/{tag}/"
 
         def build() -> ProcessGroup:
@@ -421,7 +447,7 @@ class Session:
             self.world = None
         self.hooks.active, self.hooks.pg = None, None
         destroy_default()
-        self._restore_environment()
+        self._restore_environment(keep=self._early)
         if self._watch_client is not None:
             self._watch_client.close()
             self._watch_client = None
@@ -433,9 +459,34 @@ class Session:
             self.client = None
         self.device = None
 
+    def close_at_exit(self) -> None:
+        """Kernel exit: leave, keep serving the others a moment if they still use the world, then close.
+
+        A notebook that ends first must not break the others' last cells: when rank 0's kernel, which
+        hosts the server, shuts down as its notebook ends, the others may be one cell behind. They
+        leave when their own notebook ends, or die; nbdist waits for that for up to EXIT_GRACE seconds
+        (jupyter_client gives a kernel 5 s to exit before it kills it).
+        """
+        self.leave()
+        server = self.server
+        if server is not None and server.running:
+            deadline = time.monotonic() + EXIT_GRACE
+            try:
+                client = connect(server.host, server.port, TIMEOUTS["connect"], token=server.token)
+                try:
+                    while time.monotonic() < deadline and rendezvous.live_peers(client, self.id):
+                        time.sleep(0.1)
+                finally:
+                    client.close()
+            except StoreConnectionError as exc:
+                log.info("at exit, could not see whether other ranks still use the server: %s", exc)
+        self.close()
+
     def close(self) -> None:
         """Leave, and stop the server this kernel hosts; idempotent (teardown, unload, exit)."""
         self.leave()
+        self._restore_environment()
+        self._early.clear()
         self.hooks.uninstall()
         capture.unroute_streams()
         if self.server is not None:

@@ -10,7 +10,8 @@ Each host's name resolves to 127.0.0.1, as on many cloud notebooks: ``ip netns e
 bind-mounts ``/etc/netns/<ns>/hosts`` over ``/etc/hosts`` (and ``resolv.conf``, whose only
 name server is 127.0.0.1), and every command runs under ``unshare --uts`` with the host's
 name set. The namespaces have no default route: nothing run here can reach any
-address but loopback and the 10.251.X.0/24 addresses above.
+address but loopback and the 10.251.X.0/24 addresses above. ``TwoHosts(net="198.18")`` puts them in
+198.18.X.0/24 instead (RFC 2544's range for test networks), for addresses that sort above 127.0.0.1.
 
 Kernels are real ipykernels listening on the host's address; a
 :class:`jupyter_client.BlockingKernelClient` in the root namespace reaches them over the
@@ -258,13 +259,13 @@ class Host:
 class TwoHosts:
     """Hosts ``a`` and ``b`` on a bridge; :meth:`close` removes every trace."""
 
-    def __init__(self) -> None:
+    def __init__(self, net: str = "10.251") -> None:
         self.run_id = secrets.token_hex(2)
-        self.octet = _free_octet(int(self.run_id, 16))
+        self.octet = _free_octet(int(self.run_id, 16), net)
         self.bridge = f"nbd{self.run_id}-br"
-        self.bridge_addr = f"10.251.{self.octet}.1"
-        self.a = Host(self, "a", f"10.251.{self.octet}.2")
-        self.b = Host(self, "b", f"10.251.{self.octet}.3")
+        self.bridge_addr = f"{net}.{self.octet}.1"
+        self.a = Host(self, "a", f"{net}.{self.octet}.2")
+        self.b = Host(self, "b", f"{net}.{self.octet}.3")
         self.kernels: list[NsKernel] = []
         self._made_netns_dir = False
         self._closed = False
@@ -384,14 +385,14 @@ class TwoHosts:
         return [n for n in netns if n in names] + [n for n in links if n in ours] + files
 
 
-def _free_octet(seed: int) -> int:
-    """A third octet for 10.251.X.0/24 that no interface of the root namespace already uses."""
+def _free_octet(seed: int, net: str = "10.251") -> int:
+    """A third octet for ``net``.X.0/24 that no interface of the root namespace already uses."""
     used = _ip("-4", "-o", "addr", check=False).stdout + _ip("-4", "route", check=False).stdout
     for i in range(250):
         octet = 2 + (seed + i) % 250
-        if f"10.251.{octet}." not in used:
+        if f"{net}.{octet}." not in used:
             return octet
-    raise Unsupported("every 10.251.X.0/24 seems in use")
+    raise Unsupported(f"every {net}.X.0/24 seems in use")
 
 
 @pytest.fixture

@@ -40,15 +40,19 @@ def test_a_backend_that_cannot_work_here_is_a_short_error(kernel, port, backend,
 
 
 def test_the_summary_says_which_backend_and_why_and_what_was_set(kernel, port):
-    r = kernel.execute(init_line(0, 1, port, "--debug"), timeout=60)
+    r = kernel.execute(init_line(0, 1, port, "--debug --env A_B=1 --env C_D=2"), timeout=60)
     assert r.status == "ok", r.error
     text = r.text()
     assert "backend: gloo" in text and "torch_npu is not installed; no CUDA" in text
     assert "GLOO_SOCKET_IFNAME=lo" in text and "TORCH_DISTRIBUTED_DEBUG=DETAIL" in text
     r = kernel.execute("import os; (os.environ['GLOO_SOCKET_IFNAME'], os.environ['TORCH_DISTRIBUTED_DEBUG'])")
     assert "('lo', 'DETAIL')" in r.text()
-    r = kernel.execute("%dist_env")
-    assert r.status == "ok" and "GLOO_SOCKET_IFNAME=lo" in r.text()
+    r = kernel.execute("%dist_env")  # this world's plan: its own --debug and --env flags included
+    assert r.status == "ok", r.error
+    lines = r.text().splitlines()
+    assert {"GLOO_SOCKET_IFNAME=lo", "TORCH_DISTRIBUTED_DEBUG=DETAIL", "A_B=1", "C_D=2"} <= set(lines), r.text()
+    r = kernel.execute("%dist_env --env E_F=3")  # flags given here replace the world's
+    assert "E_F=3" in r.text().splitlines() and "A_B=1" not in r.text().splitlines(), r.text()
     r = kernel.execute("import os; os.getpid()")
     kernel_pid = int(r.text().strip())
     r = kernel.execute("%dist_doctor")
@@ -185,6 +189,103 @@ def test_torch_npu_without_cann_falls_back_to_gloo_and_import_torch_still_works(
         assert r.status == "ok", r.error
         r = k.execute(init_line(0, 1, port, "--backend hccl"), timeout=60)
         assert r.status == "error" and r.error["ename"] == "UsageError" and "CANN" in r.error["evalue"]
+        # The plan names the error-handling variable this torch_npu reads, found in its own library.
+        r = k.execute("%dist_env --backend hccl --master-addr 127.0.0.1", timeout=60)
+        assert r.status == "ok", r.error
+        lines = r.text().splitlines()
+        assert "TORCH_HCCL_ASYNC_ERROR_HANDLING=2" in lines, r.text()
+        assert not [x for x in lines if x.startswith("HCCL_ASYNC_ERROR_HANDLING=")], r.text()
+        assert f"torch_npu {TORCH_NPU_VERSION} reads TORCH_HCCL_ASYNC_ERROR_HANDLING" in r.text()
+    finally:
+        k.shutdown()
+
+
+def _stub_cann(folder: Path) -> dict[str, str]:
+    """Stand-ins for what no machine here has: CANN's three libraries (empty) and an `npu-smi`.
+
+    The fake npu-smi reports NBDIST_FAKE_NPUS devices of kind 910B3. The libraries only have to load;
+    nothing calls into them, as nbdist never imports torch_npu to detect NPUs.
+    """
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        skip_or_fail_in_ci("no C compiler to build stand-in CANN libraries")
+    lib, bin_ = folder / "lib", folder / "bin"
+    lib.mkdir()
+    bin_.mkdir()
+    (folder / "stub.c").write_text("void nbdist_stub(void) {}\n")
+    for name in ("libhccl.so", "libascend_hal.so", "libascendcl.so"):
+        subprocess.run([gcc, "-shared", "-fPIC", "-o", str(lib / name), str(folder / "stub.c")], check=True)
+    smi = bin_ / "npu-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'n="${NBDIST_FAKE_NPUS:-0}"\n'
+        'if [ "$2" = "-l" ]; then echo "        Total Count                    : $n"; exit 0; fi\n'
+        'echo "| NPU   Name                | Health        | Power(W)    Temp(C)           |"\n'
+        'i=0; while [ "$i" -lt "$n" ]; do\n'
+        '  echo "| $i     910B3               | OK            | 93.6        40                |"; i=$((i+1))\n'
+        "done\n")
+    smi.chmod(0o755)
+    return {"LD_LIBRARY_PATH": str(lib), "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}"}
+
+
+@pytest.mark.timeout(300)
+def test_hccl_is_chosen_only_when_an_npu_is_visible_and_a_broken_torch_npu_never_breaks_import_torch(
+        torch_npu_dir, tmp_path, port):
+    base = {**os.environ, "PYTHONPATH": str(torch_npu_dir), **_stub_cann(tmp_path)}
+    base.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    base.pop("ASCEND_HOME_PATH", None)
+
+    def doctor(**extra: str) -> str:
+        proc = subprocess.run([*NBDIST, "doctor", "--master-addr", "127.0.0.1", "--master-port", str(port)],
+                              env={**base, **extra}, capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        return proc.stdout
+
+    # Libraries found, but no NPU visible: not hccl (finding the libraries proves nothing).
+    out = doctor(NBDIST_FAKE_NPUS="0")
+    assert "[FAIL] NPUs: torch_npu and CANN are present but no NPU is visible (npu-smi)" in out, out
+    # torch_npu's own package check would raise: said, and `import torch` (the doctor's) still works.
+    out = doctor(NBDIST_FAKE_NPUS="1", ASCEND_HOME_PATH=str(tmp_path / "no-cann"))
+    assert "torch_npu's own CANN check would fail at import: ASCEND_HOME_PATH is" in out, out
+    # Autoload forced on where torch_npu cannot load: warned, and turned off.
+    out = doctor(NBDIST_FAKE_NPUS="0", TORCH_DEVICE_BACKEND_AUTOLOAD="1")
+    assert "[warn] TORCH_DEVICE_BACKEND_AUTOLOAD: set to 1, but torch_npu cannot load here" in out, out
+    # One 910B3 visible: auto picks hccl, validates for Atlas A2 and names the variable torch_npu 2.13 reads.
+    # (Autoload off by hand: the stand-in libraries cannot really load torch_npu.)
+    proc = subprocess.run([*NBDIST, "env", "--master-addr", "127.0.0.1", "--env", "HCCL_EXEC_TIMEOUT=100000"],
+                          env={**base, "NBDIST_FAKE_NPUS": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "backend hccl" in proc.stdout and "process-group timeout 100060 s" in proc.stdout, proc.stdout
+    assert "1 NPU(s) (910B3, Atlas A2 training)" in proc.stdout
+    assert "TORCH_HCCL_ASYNC_ERROR_HANDLING=2" in proc.stdout.splitlines()
+
+    # In a kernel: %load_ext sets what does not depend on the master before torch is imported.
+    (k,) = kernels.start(1, env={**base, "NBDIST_FAKE_NPUS": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    try:
+        assert k.execute("%load_ext nbdist", timeout=60).status == "ok"
+        r = k.execute("import sys, os; ('torch' in sys.modules, os.environ.get('HCCL_EXEC_TIMEOUT'), "
+                      "os.environ.get('TORCH_HCCL_ASYNC_ERROR_HANDLING'), os.environ.get('HCCL_CONNECT_TIMEOUT'))")
+        assert r.status == "ok" and "(False, '300', '2', '600')" in r.text(), r.text()
+        assert k.execute("%unload_ext nbdist", timeout=60).status == "ok"
+        r = k.execute("[os.environ.get(key) for key in ('HCCL_EXEC_TIMEOUT', 'TORCH_HCCL_ASYNC_ERROR_HANDLING')]")
+        assert "[None, None]" in r.text(), r.text()  # unloading puts them back
+    finally:
+        k.shutdown()
+    # A forced autoload where torch_npu cannot load is turned off, and the notebook says so.
+    (k,) = kernels.start(1, env={**base, "NBDIST_FAKE_NPUS": "0", "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
+    try:
+        r = k.execute("%load_ext nbdist", timeout=60)
+        assert r.status == "ok", r.error
+        assert "nbdist set TORCH_DEVICE_BACKEND_AUTOLOAD=0 although it was 1" in r.text(), r.text()
+        r = k.execute("import sys, os; ('torch' in sys.modules, os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'], "
+                      "os.environ.get('HCCL_EXEC_TIMEOUT'))")
+        assert r.status == "ok" and "(False, '0', None)" in r.text(), r.text()
+        r = k.execute(init_line(0, 1, port), timeout=120)
+        assert r.status == "ok", r.error
+        assert "backend: gloo" in r.text() and "no NPU is visible" in r.text()
+        r = k.execute("import torch; torch.ones(2).sum().item()")
+        assert r.status == "ok" and "2.0" in r.text(), r.error
     finally:
         k.shutdown()
 
