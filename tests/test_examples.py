@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import nbformat
@@ -58,25 +59,27 @@ def _with_port(nb: nbformat.NotebookNode, port: int) -> nbformat.NotebookNode:
     return nb
 
 
-def _execute_both(nbs: list[nbformat.NotebookNode], cwd: Path) -> None:
-    """Run the notebooks at once, one kernel each, as a user would in two JupyterLab tabs."""
-    # Rank 0's kernel hosts the rendezvous server: no kernel may shut down before both finished.
-    finished = threading.Barrier(len(nbs), timeout=CELL_TIMEOUT)
+def _execute_both(nbs: list[nbformat.NotebookNode], cwd: Path, lag: float) -> None:
+    """Run the notebooks at once with plain nbclient, one kernel each, as a user would in two JupyterLab tabs.
+
+    Rank 1 lags ``lag`` seconds after each of its last cells, so rank 0, whose kernel hosts the rendezvous
+    server, finishes first and shuts its kernel down while rank 1 still has cells to run.
+    """
     errors: dict[int, BaseException] = {}
     (n_cells,) = {len(nb.cells) for nb in nbs}
 
-    def wait_for_the_others(cell, cell_index, execute_reply):  # nbclient hook: runs while the kernel is up
-        if cell_index == n_cells - 1:
-            finished.wait()
+    def lag_behind(cell, cell_index, execute_reply):  # nbclient hook, on rank 1 only
+        if cell_index >= n_cells - 4:
+            time.sleep(lag)
 
     def run(rank: int) -> None:
         client = NotebookClient(nbs[rank], timeout=CELL_TIMEOUT, kernel_name="python3",
-                                resources={"metadata": {"path": str(cwd)}}, on_cell_executed=wait_for_the_others)
+                                resources={"metadata": {"path": str(cwd)}},
+                                on_cell_executed=lag_behind if rank == 1 else None)
         try:
             client.execute()
         except BaseException as exc:  # reported by the test's thread
             errors[rank] = exc
-            finished.abort()
 
     threads = [threading.Thread(target=run, args=(rank,), daemon=True) for rank in range(len(nbs))]
     for t in threads:
@@ -118,7 +121,7 @@ def _check_table(table: str, world_size: int, own_line: str, out: str) -> None:
 def test_both_notebooks_run_as_one_world(tmp_path: Path) -> None:
     port = free_port()  # never the real 29500
     nbs = [_with_port(nbformat.read(p, as_version=4), port) for p in NOTEBOOKS]
-    _execute_both(nbs, tmp_path)
+    _execute_both(nbs, tmp_path, lag=1.0)
     for nb in nbs:
         _check_table(_table(_cell(nb, "allreduce")), 2, "[Rank {rank}] AllReduce result: 1.0", r"1\.0")
         _check_table(_table(_cell(nb, "broadcast")), 2, "[Rank {rank}] after Broadcast: [42.0, 100.0, 256.0]",

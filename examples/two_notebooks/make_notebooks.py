@@ -114,8 +114,9 @@ _END = """\
 ## Status, and leaving
 
 `%dist_status` shows every rank: joined or left, alive (heartbeat), what it did last, backend, device
-and host. `%dist_destroy` leaves the world (the process group is destroyed); run `%%dist_init` again
-to rejoin."""
+and host. `%dist_barrier` waits until every rank got here, so that no notebook leaves while another still
+needs the world (rank 0's kernel hosts the rendezvous server). `%dist_destroy` leaves the world (the
+process group is destroyed); run `%%dist_init` again to rejoin."""
 
 
 def collective_source(code: str, key: str) -> str:
@@ -141,6 +142,7 @@ def build(rank: int) -> nbformat.NotebookNode:
     cells += [
         new_markdown_cell(_END, id="end-intro"),
         new_code_cell("%dist_status", id="status"),
+        new_code_cell("%dist_barrier", id="barrier"),
         new_code_cell("%dist_destroy", id="destroy"),
     ]
     nb = new_notebook(cells=cells, metadata={
