@@ -257,27 +257,31 @@ def test_the_store_holds_only_a_salted_hash_of_the_token(world):
 # --- the doctor -------------------------------------------------------------------------------
 
 
-def test_the_doctor_probes_hccls_ports_on_the_master(world):
-    """README: `%dist_doctor` / `nbdist doctor ... --backend hccl` checks "HCCL's base ports and 16666 on the
-    master" (ports "60000–60031, or from `HCCL_IF_BASE_PORT`")."""
+def test_the_doctor_probes_hccls_host_ports_on_the_master_and_says_16666_is_on_the_device(world):
+    """README: `%dist_doctor` / `nbdist doctor ... --backend hccl` probes HCCL's host ports on rank 0's host
+    ("60000–60031, or from `HCCL_IF_BASE_PORT` / `HCCL_HOST_SOCKET_PORT_RANGE`") and says that 16666 lives on
+    the NPU's own network card, where no host can test it."""
     k = world.kernels[1]
     t0 = time.monotonic()
     r = k.execute("%dist_doctor --backend hccl --master-addr 127.0.0.1", timeout=60)
     assert r.status == "ok", r.error
     assert time.monotonic() - t0 < 30
-    lines = r.text().splitlines()
-    for port in (60000, 60015, 16666):
-        assert any(f"HCCL port 127.0.0.1:{port}: " in line for line in lines), r.text()
+    text = r.text()
+    assert "HCCL host ports 127.0.0.1:60000-60031: " in text and "32 refused" in text, text
+    assert "HCCL NPU port: 16666" in text and "cannot be tested from here" in text, text
     r = k.execute("%dist_doctor", timeout=60)  # this world's backend, gloo: no HCCL ports
-    assert r.status == "ok" and "HCCL port" not in r.text() and "nbdist doctor:" in r.text()
-    # HCCL_IF_BASE_PORT moves the base; something listening there is reported reachable.
+    assert r.status == "ok" and "HCCL" not in r.text() and "nbdist doctor:" in r.text()
+    # HCCL_IF_BASE_PORT moves the base; something listening there is reported open.
     base = free_port()
     with socket.create_server(("127.0.0.1", base)):
         k.execute(f"import os; os.environ['HCCL_IF_BASE_PORT'] = '{base}'", timeout=30)
-        r = k.execute("%dist_doctor --backend hccl --master-addr 127.0.0.1", timeout=60)
+        try:
+            r = k.execute("%dist_doctor --backend hccl --master-addr 127.0.0.1", timeout=60)
+        finally:
+            k.execute("import os; os.environ.pop('HCCL_IF_BASE_PORT', None)", timeout=30)
     assert r.status == "ok", r.error
-    assert f"HCCL port 127.0.0.1:{base}: reachable" in r.text()
-    assert f"HCCL port 127.0.0.1:{base + 15}: " in r.text() and "HCCL port 127.0.0.1:60000" not in r.text()
+    assert f"HCCL host ports 127.0.0.1:{base}-{base + 31}: 1 open, 31 refused" in r.text(), r.text()
+    assert "60000" not in r.text()
 
 
 def test_the_doctor_fails_localhost_as_the_master_of_a_world_spanning_hosts():
