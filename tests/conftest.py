@@ -6,6 +6,8 @@ import ast
 import json
 import os
 import secrets
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +30,23 @@ def free_port() -> int:
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+def start_serve(port: int, *extra: str) -> subprocess.Popen:
+    """`nbdist serve --host 127.0.0.1 --port PORT EXTRA...`, returned once it listens; the caller stops it."""
+    from nbdist.store import probe
+
+    proc = subprocess.Popen([sys.executable, "-m", "nbdist.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while probe("127.0.0.1", port, 0.5) != "open":
+        if proc.poll() is not None:
+            raise AssertionError(f"nbdist serve exited: {proc.stdout.read()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("nbdist serve did not start listening within 60 s")
+        time.sleep(0.2)
+    return proc
 
 
 def init_line(rank: int, world_size: int, port: int, extra: str = "") -> str:

@@ -395,16 +395,15 @@ def _free_octet(seed: int, net: str = "10.251") -> int:
     raise Unsupported(f"every {net}.X.0/24 seems in use")
 
 
-@pytest.fixture
-def two_hosts() -> Iterator[TwoHosts]:
-    """Hosts ``a`` and ``b``: namespaces on a bridge, with ``start_kernel()``, ``run()``, ``link_down()``.
+def built_hosts(net: str = "10.251") -> Iterator[TwoHosts]:
+    """Build two hosts on ``net``.X.0/24, yield them, remove them: the body of the fixtures below and elsewhere.
 
     Skipped with the reason where this machine cannot build them; failed instead under CI (``CI`` set).
     """
     reason = skip_reason()
     if reason:
         skip_or_fail_in_ci(f"two-host test: {reason}")
-    hosts = TwoHosts()
+    hosts = TwoHosts(net=net)
     try:
         try:
             hosts.create()
@@ -413,3 +412,9 @@ def two_hosts() -> Iterator[TwoHosts]:
         yield hosts
     finally:
         hosts.close()
+
+
+@pytest.fixture
+def two_hosts() -> Iterator[TwoHosts]:
+    """Hosts ``a`` and ``b``: namespaces on a bridge, with ``start_kernel()``, ``run()``, ``link_down()``."""
+    yield from built_hosts()

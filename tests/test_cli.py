@@ -5,15 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from datetime import timedelta
 
 import pytest
 
 from nbdist import kernels
-from nbdist.store import connect, probe
+from nbdist.store import connect
 
-from .conftest import init_line
+from .conftest import init_line, start_serve
 
 NBDIST = [sys.executable, "-m", "nbdist.cli"]
 
@@ -32,13 +31,7 @@ def test_demo_runs_the_walkthrough_and_exits_zero(port):
 
 @pytest.fixture
 def served(port):
-    proc = subprocess.Popen([*NBDIST, "serve", "--host", "127.0.0.1", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 60
-    while probe("127.0.0.1", port, 0.5) != "open":
-        assert proc.poll() is None, proc.stdout.read()
-        assert time.monotonic() < deadline, "nbdist serve did not start listening"
-        time.sleep(0.2)
+    proc = start_serve(port)
     yield proc
     proc.terminate()
     proc.wait(timeout=30)

@@ -6,15 +6,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from nbdist import kernels
-from nbdist.store import probe
 
-from .conftest import free_port, init_line
+from .conftest import free_port, init_line, start_serve
 
 NBDIST = [sys.executable, "-m", "nbdist.cli"]
 TOKEN = "s3cret-T0ken"
@@ -24,14 +22,8 @@ TOKEN = "s3cret-T0ken"
 def token_server() -> Iterator[int]:
     """`nbdist serve --token TOKEN` on a free loopback port; its port."""
     port = free_port()
-    proc = subprocess.Popen([*NBDIST, "serve", "--host", "127.0.0.1", "--port", str(port), "--token", TOKEN],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start_serve(port, "--token", TOKEN)
     try:
-        deadline = time.monotonic() + 60
-        while probe("127.0.0.1", port, 0.5) != "open":
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "nbdist serve did not start listening"
-            time.sleep(0.2)
         yield port
     finally:
         proc.kill()

@@ -24,8 +24,8 @@ import pytest
 from nbdist import kernels, netinfo, tunnel
 from nbdist.envplan import EnvVar
 
-from .conftest import run_in_background, skip_or_fail_in_ci
-from .netns import Host, TwoHosts, Unsupported, skip_reason
+from .conftest import run_in_background
+from .netns import Host, TwoHosts, built_hosts
 from .test_two_hosts import master_port, summary
 
 # `ssh -L LISTEN:TARGET`, without ssh: every connection to LISTEN is piped to TARGET; exits after SECONDS.
@@ -66,18 +66,7 @@ Forward = Callable[[Host, str, int, str, int], subprocess.Popen]
 @pytest.fixture
 def two_hosts() -> Iterator[TwoHosts]:
     """tests/netns.py's ``two_hosts``, on 198.18.X.0/24 (see the module's docstring)."""
-    reason = skip_reason()
-    if reason:
-        skip_or_fail_in_ci(f"two-host test: {reason}")
-    hosts = TwoHosts(net="198.18")
-    try:
-        try:
-            hosts.create()
-        except Unsupported as exc:
-            skip_or_fail_in_ci(f"cannot build two hosts from network namespaces here: {exc}")
-        yield hosts
-    finally:
-        hosts.close()
+    yield from built_hosts(net="198.18")
 
 
 @pytest.fixture
