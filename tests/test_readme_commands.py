@@ -57,7 +57,7 @@ LOOPBACK = Route(master_ip="127.0.0.1", local_ip="127.0.0.1", interface="lo", ma
 # Blank in the kernels and commands run here, so that what they show comes from the README's flags.
 BLANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "NBDIST_TOKEN", "BACKEND",
              "DEVICE_ID", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HCCL_IF_BASE_PORT")
-FOREIGN_MAGICS = {"px"}  # ipyparallel's %%px, named for comparison
+FOREIGN_MAGICS = {"px", "distributed"}  # ipyparallel's %%px and nbdistributed's %%distributed, for comparison
 
 # --- what is decided for each item: run (by which test), checked only, or skipped -------------------------
 # Keys are regular expressions that must match an item's whole text (whitespace collapsed).
@@ -98,6 +98,8 @@ SKIP = {
     r"pip install torch==2\.13\.0 --index-url https://download\.pytorch\.org/whl/cpu":
         "downloads torch from PyTorch's index: nothing outside this machine is reachable",
     r"pip install -e '\.\[lab\]'": "installs JupyterLab and Notebook 7 from the network; the extra is checked to exist",
+    r"pip install -e '\.\[bench\]'": "installs ipyparallel and nbdistributed from the network; the extra is checked "
+                                    "to exist",
     r"jupyter lab": "a server for a browser; tests/test_examples.py::test_both_notebooks_run_as_one_world runs the "
                     "example notebooks with nbclient",
     r"%%dist_init .*10\.202\.73\.94.*": "two machines with an Ascend NPU each; its flags are still parsed",
@@ -106,7 +108,9 @@ SKIP = {
     r"%(?:unload_ext|reload_ext)(?: nbdist)?": "tears nbdist down in the world this module shares: "
                                                "tests/test_extension.py::test_unload_and_reload_tear_down_cleanly "
                                                "runs both",
-    r"ssh -L .*": "an SSH tunnel to another host",
+    r"ssh -N -L .*": "an SSH tunnel to another host: tests/test_tunnel.py::"
+                     "test_a_rank_behind_a_tunnel_advertises_the_interface_that_routes_to_rank_0 runs the recipe "
+                     "across network namespaces, with a forwarder standing in for ssh",
     r"python -m nbdist\.pulse": "started by each kernel, not by people: tests/test_pulse.py::"
                                 "test_pulse_beats_every_second_while_the_kernel_runs_python runs it; the module is "
                                 "checked to exist",
@@ -115,7 +119,10 @@ SKIP = {
     r"python benchmarks/rendezvous_scale\.py(?: .*)?":
         "a benchmark of up to 64 processes (--private-hosts also needs root for unshare); the script and its "
         "flags are checked",
+    r"python benchmarks/vs_peers\.py(?: .*)?": "a benchmark of the peers (ipyparallel, nbdistributed: optional, "
+                                              "from the network); the script and its flags are checked",
     r"%%px": "ipyparallel's magic, named for comparison: not nbdist's",
+    r"%%distributed": "nbdistributed's magic, named for comparison: not nbdist's",
 }
 
 
