@@ -57,7 +57,7 @@ class WorldConfig:
     device: str | None = None
     timeout: float = TIMEOUTS["join"]
     env: dict[str, str] = field(default_factory=dict)  # --env KEY=VALUE overrides
-    debug: str = ""  # "", "files" or "stdout" (see envplan.debug_mode)
+    debug: str = ""  # "", "files" or "stdout" (see debug_mode below)
     pg_timeout: float | None = None
     token: str | None = field(default=None, repr=False)
     sources: dict[str, str] = field(default_factory=dict, compare=False)  # setting -> where its value came from

@@ -22,7 +22,6 @@ from .store import connect, probe, run_in_thread
 
 PROBE_TIMEOUT = 2.0
 SERVER_TIMEOUT = 2.0  # seconds the handshake with what answers on the master port may take
-# A token on a command line, as in `nbdist serve --token X` (or `--token=X`): never shown.
 HCCN_TOOL_DIR = "/usr/local/Ascend/driver/tools"  # where the Ascend driver installs hccn_tool
 
 
@@ -116,7 +115,11 @@ def _hccl_port_checks(
     host: str, environ: Mapping[str, str], *, device_index: int = 0, hccn_timeout: float = 3.0
 ) -> list[Check]:
     """HCCL's host ports on rank 0's host, probed all at once; what cannot be probed from a host, said plainly."""
-    checks = []
+    return [_hccl_host_ports(host, environ), _hccl_npu_port(environ), _hccl_device_ip(device_index, hccn_timeout)]
+
+
+def _hccl_host_ports(host: str, environ: Mapping[str, str]) -> Check:
+    """HCCL's host ports on rank 0's host, probed all at once under one deadline."""
     spec = hcclports.host_ports(environ)
     name = f"HCCL host ports {host}"
     if spec.ports:
@@ -124,84 +127,81 @@ def _hccl_port_checks(
     if spec.problem:
         fix = (f"set {spec.source} to one integer in {hcclports.BASE_PORT_MIN}-{hcclports.BASE_PORT_MAX}, or unset it"
                if spec.source == hcclports.BASE_PORT_VAR else f"set {spec.source} to {hcclports.FORMS}, or unset it")
-        checks.append(Check(name, "FAIL", spec.problem, fix))
-    elif spec.auto:
-        checks.append(Check(name, "info", f"{spec.label}: the OS picks them, so there is nothing fixed to probe",
-                            "a firewall between the hosts must allow rank 0's ephemeral ports "
-                            "(net.ipv4.ip_local_port_range), or set a fixed range, e.g. "
-                            f"{hcclports.HOST_RANGE_VAR}=60000-60031"))
-    else:
-        wanted = hcclports.format_ports(spec.ports)
-        # Every port at once, under one deadline: 32 filtered ports cost one PROBE_TIMEOUT, not 32.
-        pool = ThreadPoolExecutor(min(32, len(spec.ports)))
-        futures = {pool.submit(probe, host, port, PROBE_TIMEOUT): port for port in spec.ports}
-        done, _ = wait(futures, timeout=PROBE_TIMEOUT + 1.0)
-        pool.shutdown(wait=False, cancel_futures=True)  # the few still running end within PROBE_TIMEOUT
-        states = {futures[f]: f.result() for f in done}
-        by_state: dict[str, list[int]] = {}
-        for port in spec.ports:
-            by_state.setdefault(states.get(port, "late"), []).append(port)
-        n = {state: len(by_state.get(state, ())) for state in ("open", "refused", "timeout", "unreachable", "late")}
-        parts = [f"{n['open']} open", f"{n['refused']} refused", f"{n['timeout']} filtered"]
-        if n["unreachable"]:
-            parts.append(f"{n['unreachable']} unreachable (no route)")
-        if n["late"]:
-            parts.append(f"{n['late']} not probed within {PROBE_TIMEOUT + 1.0:g} s")
-        detail = f"{', '.join(parts)} ({spec.label})"
-        if spec.capped:
-            detail += f"; only the first {len(spec.ports)} of the {spec.total} ports it names are probed"
-        if spec.note:
-            detail += f"; {spec.note}"
-        bad = by_state.get("timeout", []) + by_state.get("unreachable", [])
-        if bad:
-            if len(bad) < len(spec.ports):
-                detail += f"; no answer from {hcclports.format_ports(sorted(bad))}"
-            checks.append(Check(name, "FAIL", detail, f"open TCP {spec.value if spec.capped else wanted} on rank 0's "
-                                "host to the other hosts"))
-        elif n["late"]:
-            checks.append(Check(name, "warn", detail, "run the doctor again; probes were slow"))
-        else:
-            if n["refused"]:
-                detail += ("; refused is normal before the first collective (HCCL listens only while a "
-                           "communicator is being set up), and it means no firewall drops them")
-            checks.append(Check(name, "ok", detail))
+        return Check(name, "FAIL", spec.problem, fix)
+    if spec.auto:
+        return Check(name, "info", f"{spec.label}: the OS picks them, so there is nothing fixed to probe",
+                     "a firewall between the hosts must allow rank 0's ephemeral ports "
+                     "(net.ipv4.ip_local_port_range), or set a fixed range, e.g. "
+                     f"{hcclports.HOST_RANGE_VAR}=60000-60031")
+    wanted = hcclports.format_ports(spec.ports)
+    # Every port at once, under one deadline: 32 filtered ports cost one PROBE_TIMEOUT, not 32.
+    pool = ThreadPoolExecutor(min(32, len(spec.ports)))
+    futures = {pool.submit(probe, host, port, PROBE_TIMEOUT): port for port in spec.ports}
+    done, _ = wait(futures, timeout=PROBE_TIMEOUT + 1.0)
+    pool.shutdown(wait=False, cancel_futures=True)  # the few still running end within PROBE_TIMEOUT
+    states = {futures[f]: f.result() for f in done}
+    by_state: dict[str, list[int]] = {}
+    for port in spec.ports:
+        by_state.setdefault(states.get(port, "late"), []).append(port)
+    n = {state: len(by_state.get(state, ())) for state in ("open", "refused", "timeout", "unreachable", "late")}
+    parts = [f"{n['open']} open", f"{n['refused']} refused", f"{n['timeout']} filtered"]
+    if n["unreachable"]:
+        parts.append(f"{n['unreachable']} unreachable (no route)")
+    if n["late"]:
+        parts.append(f"{n['late']} not probed within {PROBE_TIMEOUT + 1.0:g} s")
+    detail = f"{', '.join(parts)} ({spec.label})"
+    if spec.capped:
+        detail += f"; only the first {len(spec.ports)} of the {spec.total} ports it names are probed"
+    if spec.note:
+        detail += f"; {spec.note}"
+    bad = by_state.get("timeout", []) + by_state.get("unreachable", [])
+    if bad:
+        if len(bad) < len(spec.ports):
+            detail += f"; no answer from {hcclports.format_ports(sorted(bad))}"
+        return Check(name, "FAIL", detail, f"open TCP {spec.value if spec.capped else wanted} on rank 0's "
+                     "host to the other hosts")
+    if n["late"]:
+        return Check(name, "warn", detail, "run the doctor again; probes were slow")
+    if n["refused"]:
+        detail += ("; refused is normal before the first collective (HCCL listens only while a "
+                   "communicator is being set up), and it means no firewall drops them")
+    return Check(name, "ok", detail)
 
+
+def _hccl_npu_port(environ: Mapping[str, str]) -> Check:
+    """The NPU-side port: named, never probed (it lives on the device NIC)."""
     npu = hcclports.npu_ports(environ)
     name = "HCCL NPU port"
     if npu.problem:
-        checks.append(Check(name, "FAIL", npu.problem, f"set {npu.source} to {hcclports.FORMS}, or unset it"))
-    else:
-        which = "picked by the device (auto)" if npu.auto else hcclports.format_ports(npu.ports)
-        checks.append(Check(name, "info", f"{which} ({npu.label}): it lives on the NPU's own network card (device "
-                            "NIC, RoCE), not on the host, so it cannot be tested from here; the two NPUs' device "
-                            "IPs must reach each other on it"))
+        return Check(name, "FAIL", npu.problem, f"set {npu.source} to {hcclports.FORMS}, or unset it")
+    which = "picked by the device (auto)" if npu.auto else hcclports.format_ports(npu.ports)
+    return Check(name, "info", f"{which} ({npu.label}): it lives on the NPU's own network card (device "
+                 "NIC, RoCE), not on the host, so it cannot be tested from here; the two NPUs' device "
+                 "IPs must reach each other on it")
 
+
+def _hccl_device_ip(device_index: int, hccn_timeout: float) -> Check:
+    """The NPU's device IP, where the driver's hccn_tool can tell."""
     name = f"HCCL device IP (NPU {device_index})"
     tool = shutil.which("hccn_tool") or shutil.which("hccn_tool", path=HCCN_TOOL_DIR)
     if tool is None:
-        checks.append(Check(name, "info", f"unknown: hccn_tool was found neither on PATH nor in {HCCN_TOOL_DIR}",
-                            "install the Ascend driver's tools to read the device IP"))
-        return checks
+        return Check(name, "info", f"unknown: hccn_tool was found neither on PATH nor in {HCCN_TOOL_DIR}",
+                     "install the Ascend driver's tools to read the device IP")
     command = [tool, "-i", str(device_index), "-ip", "-g"]
     try:
         result = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=hccn_timeout,
                                 check=False)
     except subprocess.TimeoutExpired:
-        checks.append(Check(name, "warn", f"hccn_tool gave no answer within {hccn_timeout:g} s"))
-        return checks
+        return Check(name, "warn", f"hccn_tool gave no answer within {hccn_timeout:g} s")
     except (OSError, subprocess.SubprocessError) as exc:
-        checks.append(Check(name, "warn", f"hccn_tool could not run ({exc})"))
-        return checks
+        return Check(name, "warn", f"hccn_tool could not run ({exc})")
     ip = hcclports.parse_hccn_ip(result.stdout)
     if ip is None:
         output = (result.stdout.strip() or result.stderr.strip() or "(no output)").splitlines()[0]
-        checks.append(Check(name, "warn", f"`hccn_tool -i {device_index} -ip -g` printed no ipaddr "
-                            f"(exit {result.returncode}): {output}"))
-    else:
-        checks.append(Check(name, "info", f"{ip} (hccn_tool -i {device_index} -ip -g)",
-                            f"the other host's NPU must reach it: `hccn_tool -i {device_index} -ping -g address "
-                            f"{ip}` there"))
-    return checks
+        return Check(name, "warn", f"`hccn_tool -i {device_index} -ip -g` printed no ipaddr "
+                     f"(exit {result.returncode}): {output}")
+    return Check(name, "info", f"{ip} (hccn_tool -i {device_index} -ip -g)",
+                 f"the other host's NPU must reach it: `hccn_tool -i {device_index} -ping -g address {ip}` there")
 
 
 def _device_checks() -> list[Check]:
