@@ -1,23 +1,22 @@
 """Side-by-side, per-rank display: HTML without JavaScript, and a text/plain fallback.
 
 Every rank's text is HTML-escaped (terminal colours become styled spans,
-through ansi2html, which escapes the text too); images are embedded only as
-validated base64 PNG/JPEG. Rows that are identical on every rank are shown once,
-marked identical; rows that differ are marked and shown per rank.
+through ansi2html, which escapes the text too). :class:`SideBySide` shows facts
+per rank (the world summary, the status): rows identical on every rank are
+shown once, marked identical; rows that differ are marked and shown per rank.
+A cell's outputs have their own renderer, :mod:`nbdist.celltable`.
 """
 
 from __future__ import annotations
 
 import functools
 import html
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-_B64 = re.compile(r"^[A-Za-z0-9+/=\s]+$")
-_DIFF_STYLE = "background:rgba(255,170,0,0.15)"
-_CELL_STYLE = "text-align:left;vertical-align:top;padding:2px 8px;border:1px solid rgba(128,128,128,0.35)"
-_PRE_STYLE = "margin:0;white-space:pre-wrap;word-break:break-word;font-size:12px;background:none"
+DIFF_STYLE = "background:rgba(255,170,0,0.15)"
+CELL_STYLE = "text-align:left;vertical-align:top;padding:2px 8px;border:1px solid rgba(128,128,128,0.35)"
+PRE_STYLE = "margin:0;white-space:pre-wrap;word-break:break-word;font-size:12px;background:none"
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,7 +43,7 @@ class Cell:
     def render(self) -> str:
         if self.html is not None:
             return self.html
-        return f'<pre style="{_PRE_STYLE}">{text_html(self.text)}</pre>'
+        return f'<pre style="{PRE_STYLE}">{text_html(self.text)}</pre>'
 
     def key(self) -> str:
         """What must be equal on every rank for the row to be shown once: the text and any picture."""
@@ -70,25 +69,25 @@ class SideBySide:
 
     def _repr_html_(self) -> str:
         n = len(self.columns)
-        head = "".join(f'<th style="{_CELL_STYLE}">{html.escape(c)}</th>' for c in self.columns)
+        head = "".join(f'<th style="{CELL_STYLE}">{html.escape(c)}</th>' for c in self.columns)
         body = []
         for label, cells in self.rows:
             if self._same(cells):
                 note = f'<br><small>identical on all {n} ranks</small>'
                 body.append(
-                    f'<tr><th style="{_CELL_STYLE}">{html.escape(label)}{note}</th>'
-                    f'<td colspan="{n}" style="{_CELL_STYLE}">{cells[0].render()}</td></tr>'
+                    f'<tr><th style="{CELL_STYLE}">{html.escape(label)}{note}</th>'
+                    f'<td colspan="{n}" style="{CELL_STYLE}">{cells[0].render()}</td></tr>'
                 )
                 continue
             marked = self.compare and n > 1
-            style = f"{_CELL_STYLE};{_DIFF_STYLE}" if marked else _CELL_STYLE
+            style = f"{CELL_STYLE};{DIFF_STYLE}" if marked else CELL_STYLE
             note = "<br><small>≠ differs between ranks</small>" if marked else ""
             tds = "".join(f'<td style="{style}">{c.render()}</td>' for c in cells)
             body.append(f'<tr><th style="{style}">{html.escape(label)}{note}</th>{tds}</tr>')
         foot = f"<div><small>{html.escape(self.footer)}</small></div>" if self.footer else ""
         return (
             f'<div class="nbdist"><div><b>{html.escape(self.title)}</b></div>'
-            f'<table style="border-collapse:collapse"><thead><tr><th style="{_CELL_STYLE}"></th>'
+            f'<table style="border-collapse:collapse"><thead><tr><th style="{CELL_STYLE}"></th>'
             f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{foot}</div>"
         )
 
@@ -124,51 +123,6 @@ def _labelled(items: list[tuple[str, Cell]]) -> list[str]:
         else:
             lines.append(f"{label}: {text}")
     return lines
-
-
-def _images(displays: list[dict[str, str]]) -> str:
-    parts = []
-    for data in displays:
-        for mime in ("image/png", "image/jpeg"):
-            payload = data.get(mime)
-            if isinstance(payload, str) and _B64.match(payload):
-                parts.append(f'<img src="data:{mime};base64,{payload.strip()}" style="max-width:100%">')
-                break
-        else:
-            text = data.get("text/plain", "")
-            parts.append(f'<pre style="{_PRE_STYLE}">{text_html(text)}</pre>')
-    return "".join(parts)
-
-
-def _result_cell(result: dict[str, str]) -> Cell:
-    """The last expression's value: its image when it has one, else its text."""
-    text = result.get("text/plain", "")
-    image = any(isinstance(result.get(m), str) for m in ("image/png", "image/jpeg"))
-    return Cell(text, _images([result]) if image else None)
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
-
-
-def cell_table(title: str, ranks: list[dict[str, Any]], captures: list[dict[str, Any]]) -> SideBySide:
-    """The side-by-side display of one %%collective cell."""
-    columns = [
-        f"rank {i} · {info.get('host', '?')} · {_duration(cap.get('wall', 0.0))}"
-        for i, (info, cap) in enumerate(zip(ranks, captures, strict=True))
-    ]
-    table = SideBySide(title, columns)
-    table.add("stdout", [Cell(c.get("stdout", "")) for c in captures])
-    table.add("stderr", [Cell(c.get("stderr", "")) for c in captures])
-    table.add("display", [
-        Cell("\n".join(d.get("text/plain", "[image]") for d in c.get("displays", [])),
-             _images(c["displays"]) if c.get("displays") else None)
-        for c in captures
-    ])
-    table.add("Out", [_result_cell(c.get("result") or {}) for c in captures])
-    table.add("error", [Cell((c.get("error") or {}).get("traceback", "")) for c in captures])
-    table.add("stopped by nbdist", [Cell(c.get("cancelled", "")) for c in captures])
-    return table
 
 
 def summary_table(title: str, ranks: list[dict[str, Any]], footer: str = "") -> SideBySide:

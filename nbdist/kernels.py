@@ -14,6 +14,10 @@ from typing import Any
 from jupyter_client.manager import KernelManager
 
 
+def _display_id(output: dict[str, Any]) -> str | None:
+    return (output["content"].get("transient") or {}).get("display_id")
+
+
 @dataclass
 class Result:
     """What one execute request produced in one kernel."""
@@ -25,24 +29,45 @@ class Result:
     payload: list[dict[str, Any]] = field(default_factory=list)
     finished: datetime | None = None  # when the kernel sent its reply, by the kernel's clock
 
-    def text(self) -> str:
-        """All text the cell showed: streams, text/plain of results and displays, errors."""
-        parts = []
+    def shown(self) -> list[dict[str, Any]]:
+        """The outputs as the notebook shows them at the end: each update_display_data replaces its display."""
+        shown: list[dict[str, Any]] = []
         for out in self.outputs:
+            if out["msg_type"] != "update_display_data":
+                shown.append(out)
+                continue
+            wanted = _display_id(out)
+            for i, old in enumerate(shown):
+                if old["msg_type"] == "display_data" and _display_id(old) == wanted:
+                    shown[i] = {"msg_type": "display_data", "content": out["content"]}
+        return shown
+
+    def updates(self, mime: str = "text/plain") -> list[str]:
+        """Every version of the displays that were updated in place, in order (a live table's steps)."""
+        ids = {_display_id(o) for o in self.outputs if o["msg_type"] == "update_display_data"}
+        return [o["content"]["data"][mime] for o in self.outputs
+                if o["msg_type"] in ("display_data", "update_display_data") and mime in o["content"]["data"]
+                and _display_id(o) in ids - {None}]
+
+    def text(self) -> str:
+        """All text the cell shows at its end: streams, text/plain of results and displays, errors."""
+        parts = []
+        for out in self.shown():
             kind = out["msg_type"]
             content = out["content"]
             if kind == "stream":
                 parts.append(content["text"])
-            elif kind in ("display_data", "execute_result", "update_display_data"):
+            elif kind in ("display_data", "execute_result"):
                 parts.append(content["data"].get("text/plain", "") + "\n")
             elif kind == "error":
                 parts.append("\n".join(content["traceback"]) + "\n")
         return "".join(parts)
 
     def displays(self, mime: str = "text/html") -> list[str]:
+        """The displays the cell shows at its end (updated in place where they were)."""
         return [
             o["content"]["data"][mime]
-            for o in self.outputs
+            for o in self.shown()
             if o["msg_type"] in ("display_data", "execute_result") and mime in o["content"]["data"]
         ]
 
