@@ -14,18 +14,20 @@ import base64
 import io
 import sys
 import time
-import traceback
 from collections import deque
 from typing import Any
 
-from IPython.core.displaypub import CapturingDisplayPublisher
+from IPython.core.displaypub import DisplayPublisher
 
+from . import progress, tracebacks
 from .config import MAX_FIELD_CHARS
+from .errors import StopRequest
+from .outputlog import OutputLog, StreamWriter
 
-# Rich outputs copied into the capture; the rest are shown by their text/plain.
-# HTML, SVG and JavaScript are left out on purpose: another rank's output must
-# never run code in this notebook.
-_KEPT_MIMES = ("text/plain", "image/png", "image/jpeg")
+# Rich outputs copied into the capture; the rest (JavaScript, widgets) are shown by their text/plain.
+# The viewing notebook decides how each is shown: HTML only after sanitising, Markdown, LaTeX and SVG as
+# their source text (see nbdist.display); another rank's output must never run code in this notebook.
+_KEPT_MIMES = ("text/plain", "image/png", "image/jpeg", "text/html", "text/markdown", "text/latex", "image/svg+xml")
 
 
 class BoundedStream(io.TextIOBase):
@@ -73,7 +75,7 @@ class RoutedStream:
 
     def __init__(self, real: Any) -> None:
         self.real = real
-        self.target: BoundedStream | None = None
+        self.target: StreamWriter | None = None
 
     def write(self, text: Any) -> int:
         if isinstance(text, bytes | bytearray):
@@ -135,7 +137,7 @@ def _kept(data: dict[str, Any]) -> dict[str, str]:
         if isinstance(value, bytes | bytearray):  # PIL and others give raw PNG/JPEG bytes
             value = base64.b64encode(bytes(value)).decode("ascii") if mime != "text/plain" else None
         if isinstance(value, str):
-            kept[mime] = truncate(value) if mime == "text/plain" else value
+            kept[mime] = value if mime.startswith("image/") and mime != "image/svg+xml" else truncate(value)
     return kept
 
 
@@ -153,52 +155,67 @@ def _flush_figures() -> None:
 
 
 def _format_error(exc: BaseException, skip: int) -> dict[str, str]:
-    tb = exc.__traceback__
-    for _ in range(skip):  # drop this module's own frames
-        if tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
-    return {"ename": type(exc).__name__, "evalue": str(exc), "traceback": truncate(text)}
+    """The error as its column shows it: the user's frames (``short``), the full ``traceback``, ``where``."""
+    summary = tracebacks.summarise(exc, skip)  # skip: this module's own frames
+    return {**summary, "traceback": truncate(summary["traceback"]), "short": truncate(summary["short"])}
 
 
-def run_cell(shell: Any, source: str) -> dict[str, Any]:
+class LogPublisher(DisplayPublisher):
+    """The display publisher during a cell: every display goes into the cell's :class:`OutputLog`, in order."""
+
+    def __init__(self, log: OutputLog, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.log = log
+
+    def publish(self, data: dict[str, Any], metadata: Any = None, source: Any = None, *, transient: Any = None,
+                update: bool = False, **kwargs: Any) -> None:
+        display_id = (transient or {}).get("display_id")
+        self.log.display(_kept(data), display_id, update)
+
+    def clear_output(self, wait: bool = False) -> None:
+        self.log.clear()
+
+
+def run_cell(shell: Any, source: str, log: OutputLog | None = None) -> dict[str, Any]:
     """Run ``source`` in the user's namespace like IPython would; return what it produced.
 
-    The result has ``stdout``, ``stderr``, ``result`` (mime bundle of the last
-    expression), ``displays`` (mime bundles), ``error`` (or None) and ``wall``.
+    The result has ``outputs`` (stream text and displays in the order they came,
+    see :mod:`nbdist.outputlog`), ``result`` (mime bundle of the last
+    expression), ``error`` (or None) and ``wall``. ``log`` lets a watcher
+    read the outputs while the body runs.
     """
-    out, err = BoundedStream(), BoundedStream()
-    publisher = CapturingDisplayPublisher()
+    log = OutputLog() if log is None else log
     stdout, stderr = routed_streams()
     saved = shell.display_pub
-    stdout.target, stderr.target, shell.display_pub = out, err, publisher
+    stdout.target, stderr.target = StreamWriter(log, "stdout"), StreamWriter(log, "stderr")
+    shell.display_pub = LogPublisher(log, shell=shell)
     result: dict[str, str] | None = None
     error = None
     start = time.perf_counter()
     try:
-        transformed = shell.transform_cell(source)
-        filename = shell.compile.cache(transformed, shell.execution_count, raw_code=source)
+        # A blank first line stands for the %%collective line, so line numbers are the notebook cell's own.
+        transformed = "\n" + shell.transform_cell(source)
+        filename = shell.compile.cache(transformed, shell.execution_count, raw_code="\n" + source)
         tree, last = _split_last_expression(ast.parse(transformed, filename))
-        exec(compile(tree, filename, "exec"), shell.user_ns)  # noqa: S102 (the user's own cell)
-        if last is not None:
-            value = eval(compile(last, filename, "eval"), shell.user_ns)  # noqa: S307
-            if value is not None and not source.rstrip().endswith(";"):
-                result = _format_value(shell, value)
+        with progress.TextBars():
+            exec(compile(tree, filename, "exec"), shell.user_ns)  # noqa: S102 (the user's own cell)
+            value = None if last is None else eval(compile(last, filename, "eval"), shell.user_ns)  # noqa: S307
+        if value is not None and not source.rstrip().endswith(";"):
+            result = _format_value(shell, value)
     except BaseException as exc:  # every failure is the user's, shown in the table
         error = _format_error(exc, skip=1)
-        error["interrupted"] = isinstance(exc, KeyboardInterrupt)
+        error["interrupted"] = isinstance(exc, KeyboardInterrupt) and not isinstance(exc, StopRequest)
     finally:
         wall = time.perf_counter() - start
         try:
             _flush_figures()  # what the inline backend would draw after the cell belongs in this rank's column
         finally:
             stdout.target, stderr.target, shell.display_pub = None, None, saved
-    displays = [data for output in publisher.outputs if (data := _kept(output["data"]))]
-    return {
-        "stdout": out.getvalue(),
-        "stderr": err.getvalue(),
-        "result": result,
-        "displays": displays,
-        "error": error,
-        "wall": wall,
-    }
+    return {"outputs": [_drop_empty(o) for o in log.snapshot()], "result": result, "error": error, "wall": wall}
+
+
+def _drop_empty(output: dict[str, Any]) -> dict[str, Any]:
+    """A display whose every kept form was dropped still says it was there."""
+    if output["kind"] == "display" and not output["data"]:
+        return {"kind": "display", "data": {"text/plain": "[a display with no form nbdist can show]"}}
+    return output

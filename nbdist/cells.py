@@ -6,11 +6,14 @@
    trust it), or go.
 2. Refuse, on every rank, if told to.
 3. Rebuild the process group if told to (every rank at the same point).
-4. Run the body with a :class:`~nbdist.watch.CellWatch` beside it and its
-   collectives checked (:mod:`nbdist.fingerprint`).
+4. Run the body with a :class:`~nbdist.watch.CellWatch` beside it, its
+   collectives checked (:mod:`nbdist.fingerprint`), and its table published
+   live (:mod:`nbdist.live`) once it has run for 0.5 s.
 5. Publish the capture, this rank's process-group state and any failure;
-   meet again (barrier "out"); read everyone's capture. If the ranks' states
-   show the group can no longer be trusted, it is rebuilt at the next cell.
+   meet again (barrier "out", which waits without limit for a rank still
+   running the body while it lives, up to ``--max-time``); read everyone's
+   capture. If the ranks' states show the group can no longer be trusted,
+   it is rebuilt at the next cell that uses it.
 """
 
 from __future__ import annotations
@@ -18,31 +21,36 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import capture, errors, procgroup
-from .config import MAX_VALUE_BYTES
 from .errors import (
     CellMismatchError,
     CollectiveError,
+    MaxTimeError,
     NbdistError,
     PeerFailedError,
     PeerLostError,
     StoreConnectionError,
 )
-from .fingerprint import Checker, raise_if_failed
+from .fingerprint import CUT_SIGNS, Checker, raise_if_failed
+from .live import LiveTable
+from .outputlog import OutputLog
+from .shrink import fit
+from .stopper import Stopper
 from .store import StoreClient
 from .watch import CellWatch, publish_failure
 from .world import BarrierRefused, World
 
 MAX_SOURCE_CHARS = 64 * 1024
+MAX_TIME_GRACE = 2.0  # seconds past --max-time a finished rank waits for one whose body its watcher is ending
 REBUILD = "go:rebuild:"
 # Errors that follow from a stop elsewhere (a refused or cut collective), not from this rank's own code.
 _CONSEQUENCES = ("PeerFailedError", "DistBackendError", "DistNetworkError", "DistError")
-_CUT_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
 
 
 @dataclass
@@ -55,10 +63,11 @@ class Outcome:
     rebuilt: str | None = None  # why the process group was rebuilt before this cell
     distrusted: str | None = None  # why it will be rebuilt at the next cell
     holders: list[str] = field(default_factory=list)  # names that hold the old group
+    live_id: str | None = None  # the display id of the live table, which the final table replaces
 
 
 def _flags_text(flags: dict[str, Any]) -> str:
-    words = [f"--{k.replace('_', '-')}" for k, v in sorted(flags.items()) if v]
+    words = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v:g}") for k, v in sorted(flags.items()) if v]
     return " ".join(words) or "no flags"
 
 
@@ -104,32 +113,43 @@ def compare_sources(records: list[dict[str, Any]]) -> str | None:
     )
 
 
-def run(
-    world: World,
-    shell: Any,
-    source: str,
-    timeout: float,
-    watch_client: StoreClient,
-    params: dict[str, list[str]],
-    activate: Callable[[Checker | None], None],
-    rebuild: Callable[[str], None],
-    check: bool = True,
-    same_code: bool = True,
-    entered: Callable[[], None] | None = None,
-) -> Outcome:
+@dataclass(frozen=True)
+class Flags:
+    """How a %%collective runs: its line's flags (every rank must give the same)."""
+
+    timeout: float  # each barrier's wait for ranks that are not at work in this cell
+    check: bool = True  # compare each collective's fingerprint
+    same_code: bool = True  # refuse ranks whose code differs
+    max_time: float | None = None  # bound on the body, on every rank
+    live: bool = True  # show the live table (this notebook's choice: not compared across ranks)
+
+    def compared(self) -> dict[str, Any]:
+        return {"no_check": not self.check, "allow_different": not self.same_code, "max_time": self.max_time}
+
+
+def run(world: World, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
+        params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[str], None],
+        entered: Callable[[], None] | None = None, stopper: Stopper | None = None,
+        rebuilt: str | None = None) -> Outcome:
     """Run ``source`` on this rank in lockstep with the others (see the module docstring).
 
     ``activate`` hands the cell's checker to nbdist's wrappers (None when the
     body ends); ``rebuild(tag)`` rebuilds the process group on this rank.
     Whatever ends this rank's part early (the stop button anywhere in it, an
     error of nbdist's own) closes the cell's barriers, so no rank waits for it.
-    ``entered`` is called once the cell has its turn (see :func:`abandon`).
+    ``entered`` is called once the cell has its turn (see :func:`abandon`);
+    ``stopper`` lets the watcher end the body (--max-time, a stop of every rank);
+    ``rebuilt`` says why the group was rebuilt just before (see ``Session.ensure_group``).
     """
     n, cell = world.next_name("cell")
     try:
         if entered is not None:
             entered()
-        return _run(world, n, cell, shell, source, timeout, watch_client, params, activate, rebuild, check, same_code)
+        outcome = _run(world, n, cell, shell, source, flags, watch_client, params, activate, rebuild, stopper)
+        if rebuilt is not None and outcome.rebuilt is None:
+            outcome.rebuilt = rebuilt
+            outcome.holders = outcome.holders or procgroup.holders(shell.user_ns)
+        return outcome
     except StoreConnectionError:
         raise  # nobody can be told
     except BaseException as exc:
@@ -155,15 +175,16 @@ def abandon(world: World, reason: str, interrupted: bool = False) -> None:
     close(world, cell, reason, interrupted)
 
 
-def _run(world: World, n: int, cell: str, shell: Any, source: str, timeout: float, watch_client: StoreClient,
+def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
          params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[str], None],
-         check: bool, same_code: bool) -> Outcome:
+         stopper: Stopper | None) -> Outcome:
     label = f"%%collective #{n}"
+    timeout = flags.timeout
     digest = hashlib.sha256(source.encode()).hexdigest()
     state = world.pg.state() if world.pg is not None else {"ok": False, "why": "it has no process group yet"}
     world.client.set_json(world.key(f"{cell}/src/{world.rank}"), {
         "hash": digest, "code": source[:MAX_SOURCE_CHARS], "pg": state,
-        "flags": {"no_check": not check, "allow_different": not same_code},
+        "flags": flags.compared(),
     })
     try:
         opened = world.barrier(f"{cell}/in", timeout, f"{label} (start)", verdict=lambda: start_verdict(world, cell))
@@ -172,14 +193,24 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, timeout: floa
     rebuilt = opened.removeprefix(REBUILD) if opened.startswith(REBUILD) else None
     if rebuilt is not None:
         rebuild(f"{n}")
-    world.note(f"running {label}", cell=n)
-    checker = Checker(world, cell, timeout, params, compare=check, on_tick=lambda: raise_if_failed(world, cell))
-    with CellWatch(world, watch_client, cell, checker, label) as watch:
+    world.note(f"running {label}", cell=n, body=cell)
+    checker = Checker(world, cell, timeout, params, compare=flags.check,
+                      on_tick=lambda: raise_if_failed(world, cell))
+    output = OutputLog()
+    live = LiveTable(world, cell, f"{label} · {world.world_size} ranks", output, shell.display_pub, flags.live)
+    body_started = time.monotonic()
+    with CellWatch(world, watch_client, cell, checker, label, on_tick=live.tick, max_time=flags.max_time,
+                   stopper=stopper) as watch:
         activate(checker)
+        if stopper is not None:
+            stopper.arm()
         try:
-            cap = capture.run_cell(shell, source)
+            cap = capture.run_cell(shell, source, output)
         finally:
+            if stopper is not None:
+                stopper.disarm()
             activate(None)
+    live.finish(cap)
     reason = watch.reason
     try:
         record = _record(world, cap, checker, watch)
@@ -191,7 +222,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, timeout: floa
             world.pg.distrust("the rendezvous server went away")
         failure = StoreConnectionError(reason.get("message", "the rendezvous server went away"))
         mine = [record if i == world.rank else None for i in range(world.world_size)]
-        failure.outcome = Outcome(n, mine, reason, rebuilt)  # type: ignore[attr-defined]
+        failure.outcome = Outcome(n, mine, reason, rebuilt, live_id=live.display_id)  # type: ignore[attr-defined]
         raise failure
     error = record["error"]
     if error is not None and reason is None:
@@ -209,14 +240,18 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, timeout: floa
     world.client.set(world.key(f"{cell}/out/{world.rank}"), fit(record))
     keys = [world.key(f"{cell}/out/{i}") for i in range(world.world_size)]
     try:
-        world.barrier(f"{cell}/out", timeout, f"{label} (end)")
+        world.barrier(f"{cell}/out", timeout, f"{label} (end)",
+                      on_tick=lambda: _end_tick(world, cell, live, flags, body_started),
+                      working=lambda _, last: last.get("body") == cell and _within_max_time(flags, body_started))
     except (NbdistError, KeyboardInterrupt) as exc:
         if world.pg is not None:
             world.pg.distrust(f"the end of {label} was not reached by every rank")
-        exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in keys], reason, rebuilt)  # type: ignore[attr-defined]
+        exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in keys], reason, rebuilt,  # type: ignore[attr-defined]
+                              live_id=live.display_id)
         raise
     world.note(f"finished {label}", cell=n)
-    outcome = Outcome(n, [json.loads(t) for t in world.client.multi_get(keys)], reason, rebuilt)
+    outcome = Outcome(n, [json.loads(t) for t in world.client.multi_get(keys)], reason, rebuilt,
+                      live_id=live.display_id)
     distrusted = procgroup.verdict({i: (c or {}).get("pg") for i, c in enumerate(outcome.captures)})
     if distrusted is not None:
         if world.pg is not None:
@@ -226,6 +261,21 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, timeout: floa
     elif rebuilt is not None:
         outcome.holders = procgroup.holders(shell.user_ns)
     return outcome
+
+
+def _within_max_time(flags: Flags, started: float) -> bool:
+    """Whether a rank still running its body may yet be waited for (its own watcher ends it at --max-time)."""
+    return flags.max_time is None or time.monotonic() - started < flags.max_time + MAX_TIME_GRACE
+
+
+def _end_tick(world: World, cell: str, live: LiveTable, flags: Flags, started: float) -> None:
+    """While this rank waits for the others at the end of the cell: the live table, and --max-time."""
+    live.tick()
+    if not _within_max_time(flags, started):
+        running = [world.describe(i) for i in range(world.world_size)
+                   if (world.client.get_json_if(world.key(f"last/{i}")) or {}).get("body") == cell]
+        raise MaxTimeError(f"--max-time {flags.max_time:g} s ran out with {', '.join(running) or 'a rank'} still "
+                           "running its body")
 
 
 def _record(world: World, cap: dict[str, Any], checker: Checker, watch: CellWatch) -> dict[str, Any]:
@@ -242,35 +292,21 @@ def _is_consequence(error: dict[str, Any], checker: Checker) -> bool:
     """Whether an error followed from the cell being stopped (a refused or cut collective)."""
     if error["ename"] in _CONSEQUENCES or checker.failed_inside:
         return True
-    return any(sign in str(error.get("evalue", "")) for sign in _CUT_SIGNS)
+    return any(sign in str(error.get("evalue", "")) for sign in CUT_SIGNS)
 
 
 def _capture_failure(world: World, cap: dict[str, Any], exc: BaseException) -> dict[str, Any]:
     """A record for a rank whose capture could not be published, keeping what text it could."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     record = {
-        "stdout": str(cap.get("stdout", "")), "stderr": str(cap.get("stderr", "")), "result": None,
-        "displays": [], "wall": float(cap.get("wall", 0.0)), "rank": world.rank, "collectives": {},
+        "outputs": [o for o in cap.get("outputs", []) if o.get("kind") in ("stdout", "stderr")], "result": None,
+        "wall": float(cap.get("wall", 0.0)), "rank": world.rank, "collectives": {},
         "error": {"ename": "CaptureError", "evalue": f"nbdist could not capture this rank's output: {exc}",
-                  "traceback": capture.truncate(text)},
+                  "traceback": capture.truncate(text), "short": capture.truncate(text)},
         "pg": {"ok": False, "why": "its capture failed"},
     }
     json.dumps(record)
     return record
-
-
-def fit(cap: dict[str, Any], limit: int | None = None) -> str:
-    """The capture as JSON, shrunk below the store's value limit."""
-    limit = MAX_VALUE_BYTES if limit is None else limit
-    text = json.dumps(cap)
-    if len(text) <= limit:
-        return text
-    cap = {**cap, "displays": [{"text/plain": d.get("text/plain", "[image]")} for d in cap["displays"]]}
-    text = json.dumps(cap)
-    if len(text) <= limit:
-        return text
-    cap["displays"] = [{"text/plain": f"[{len(cap['displays'])} display outputs dropped: too large]"}]
-    return json.dumps(cap)
 
 
 def error_for(world: World, outcome: Outcome) -> BaseException | None:

@@ -1,4 +1,4 @@
-"""The ``nbdist`` command: ``demo`` and ``serve``."""
+"""The ``nbdist`` command: ``demo``, ``serve``, ``env``, ``doctor`` and ``stop``."""
 
 from __future__ import annotations
 
@@ -82,6 +82,32 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if any(c.status == "FAIL" for c in checks) else 0
 
 
+def _stop(args: argparse.Namespace) -> int:
+    import socket
+
+    from .errors import NbdistError
+    from .guard import request_stop
+    from .store import connect
+    from .world import current_round
+
+    token = args.token or os.environ.get("NBDIST_TOKEN") or None
+    try:
+        client = connect(args.master_addr, args.master_port, token=token)
+        try:
+            round_ = current_round(client)
+            if client.get_if(f"r/{round_}/ready") is None:
+                print(f"nbdist stop: no world has formed at {args.master_addr}:{args.master_port}", file=sys.stderr)
+                return 1
+            n = request_stop(client, round_, f"nbdist stop in a terminal on {socket.gethostname()}")
+        finally:
+            client.close()
+    except NbdistError as exc:
+        print(f"nbdist stop: {exc}", file=sys.stderr)
+        return 1
+    print(f"nbdist: stop #{n} sent to world round {round_}; every rank ends its running cell within 2 s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nbdist", description="Jupyter notebooks as ranks of one torch world")
     parser.add_argument("--version", action="version", version=f"nbdist {__version__}")
@@ -111,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     doc.add_argument("--token", default=None,
                      help="the world's token, to check that the server takes it (else NBDIST_TOKEN); never shown")
     doc.set_defaults(func=_doctor)
+    stop = sub.add_parser("stop", help="end the cell every rank of the world is running (as %dist_stop does)")
+    stop.add_argument("--master-addr", required=True, help="rank 0's address")
+    stop.add_argument("--master-port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    stop.add_argument("--token", default=None, help="the world's token (else NBDIST_TOKEN); never shown")
+    stop.set_defaults(func=_stop)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -88,8 +88,24 @@ class CollectiveMismatchError(NbdistError, RuntimeError):
     """Ranks issued collectives that do not match (op, shape, dtype, root...)."""
 
 
-def by_name(name: str) -> type[NbdistError] | None:
+class StopRequest(KeyboardInterrupt):
+    """Base of the stops nbdist raises inside a running body: like the stop button, user code's
+    ``except Exception`` does not catch them. Shown as their one-line message."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class StoppedError(StopRequest):
+    """Someone stopped every rank's cell (%dist_stop in a notebook, or nbdist stop in a terminal)."""
+
+
+class MaxTimeError(StopRequest):
+    """A %%collective body ran past its --max-time on some rank, so the cell stops on every rank."""
+
+
+def by_name(name: str) -> type[NbdistError] | type[StopRequest] | None:
     """The nbdist error class of that name that a cell on another rank can raise with the same message."""
     classes = (CollectiveMismatchError, CellMismatchError, PeerFailedError, PeerLostError, StoreConnectionError,
-               WaitTimeout, WorldChangedError)
+               WaitTimeout, WorldChangedError, StoppedError, MaxTimeError)
     return next((c for c in classes if c.__name__ == name), None)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from .errors import CollectiveMismatchError, PeerFailedError
+from .errors import CollectiveMismatchError, PeerFailedError, PeerLostError, StoppedError
 from .world import World
 
 # op name -> names of its tensor arguments
@@ -48,6 +48,9 @@ ROOTS = ("src", "dst", "group_src", "group_dst")
 # Lists whose content only the root provides: not compared.
 ROOT_ONLY = {"gather_list", "scatter_list"}
 
+# What a collective says when a peer's end of its connections closed (a dead or cut peer).
+CUT_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+REASON_WAIT = 8.0  # seconds a plain cell's broken collective waits for the watcher to name the cause
 WAIT_SLICE = timedelta(milliseconds=100)  # longest a body waits in C for a gloo collective at a time
 ABANDON_AFTER = 0.5  # seconds a collective may outlive the cut of its group before it is left behind
 
@@ -135,9 +138,10 @@ class Checker:
     """One cell's view of its collectives: compares each across the group's members, knows when it is inside one."""
 
     def __init__(self, world: World, cell: str, timeout: float, params: dict[str, list[str]], compare: bool = True,
-                 on_tick: Callable[[], None] | None = None) -> None:
+                 on_tick: Callable[[], None] | None = None, plain: bool = False) -> None:
         self.world, self.cell, self.timeout, self.params = world, cell, timeout, params
         self.compare = compare
+        self.plain = plain  # a plain cell's: nothing to compare; a stopped collective raises why it stopped
         self.on_tick = on_tick
         self.counts: dict[str, int] = {}  # group name -> collectives issued in this cell
         self.inside: tuple[str, float] | None = None  # (what, since) while a collective runs
@@ -180,8 +184,15 @@ class Checker:
                 return original(*args, **kwargs)
             self._wait(pg, original(*args, **{**kwargs, "async_op": True}))
             return None
-        except Exception:
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and not self.plain:
+                raise
             self.failed_inside = True  # a collective that failed: the group may be broken
+            if self.plain:
+                if pg is not None:  # nothing counts a plain cell's collectives across ranks: rebuild at the next
+                    pg.distrust(f"a collective of a plain cell ended early ({type(exc).__name__})")
+                if isinstance(exc, Exception) and self._reason_follows(exc):
+                    raise self._why_stopped() from exc
             raise
         finally:
             self.inside = None
@@ -218,13 +229,33 @@ class Checker:
                     pg.abandon()
                     self._refuse_if_stopped()
 
+    def _reason_follows(self, exc: Exception) -> bool:
+        """Whether this plain cell's collective failed for a reason the watcher knows or soon will.
+
+        A peer that died, or cut its group for a stop of every rank, closes the connections at
+        once, before this rank's watcher sees why: give it a moment, so the error names the cause.
+        """
+        if self.stopped is None and any(sign in str(exc) for sign in CUT_SIGNS):
+            deadline = time.monotonic() + REASON_WAIT
+            while self.stopped is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return self.stopped is not None
+
     def _refuse_if_stopped(self) -> None:
-        info = self.stopped
-        if info is None:
-            return
-        if info.get("kind") == "interrupted" and info.get("rank") == self.world.rank:
-            raise KeyboardInterrupt
-        raise PeerFailedError(f"{info.get('message', 'the cell was stopped')}; this collective was not started")
+        if self.stopped is not None:
+            raise self._why_stopped(started=False)
+
+    def _why_stopped(self, started: bool = True) -> BaseException:
+        """The error a collective of a stopped cell raises: the stop button's, a lost peer's, a stop of all."""
+        info = self.stopped or {}
+        kind, message = info.get("kind"), info.get("message", "the cell was stopped")
+        if kind == "interrupted" and info.get("rank") == self.world.rank:
+            return KeyboardInterrupt()
+        if kind == "stopped":
+            return StoppedError(message)
+        if kind == "lost":
+            return PeerLostError(message)
+        return PeerFailedError(f"{message}; this collective was {'stopped' if started else 'not started'}")
 
     def agree(self, fp: dict[str, Any], name: str, seq: int, ranks: list[int] | None) -> None:
         """Publish this rank's fingerprint for collective ``seq`` of group ``name``; compare its members'."""

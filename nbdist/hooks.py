@@ -4,8 +4,10 @@ Each collective and point-to-point function of ``torch.distributed`` is
 replaced, for as long as the extension is loaded, by a wrapper that counts the
 call on the world's current process group and, while a ``%%collective`` body
 runs, hands it to that cell's :class:`~nbdist.fingerprint.Checker` (which
-compares it across ranks and watches it). With no cell running it calls
-straight through. Because the wrappers stay, names that user code imports
+compares it across ranks and watches it). The first call of a plain cell asks
+the session for that cell's safety net (``on_plain``: a group that can be
+trusted, and a checker that only watches, without comparing); calls from other
+threads, or with no world, go straight through. Because the wrappers stay, names that user code imports
 (``from torch.distributed import all_reduce``) keep working after the cell
 that imported them. ``new_group`` is wrapped so that groups made by user code
 get the world's process-group timeout unless the call gives one.
@@ -30,6 +32,7 @@ class Collectives:
 
     def __init__(self) -> None:
         self.active: Any = None  # the running cell's Checker, if any
+        self.on_plain: Callable[[], Any] | None = None  # a plain cell's first collective: its Checker, or None
         self.pg: Any = None  # the world's current procgroup.ProcessGroup, if any
         self.group_timeout: float | None = None
         self.params: dict[str, list[str]] = {}  # op -> its parameter names, in order
@@ -64,6 +67,7 @@ class Collectives:
         self._saved.clear()
         self.active = None
         self.pg = None
+        self.on_plain = None
 
     def _replace(self, module: Any, name: str, wrapper: Callable[..., Any]) -> None:
         self._saved[(module, name)] = wrapper.__nbdist_original__  # type: ignore[attr-defined]
@@ -75,6 +79,8 @@ class Collectives:
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             checker = self.active
+            if checker is None and self.on_plain is not None:
+                checker = self.on_plain()  # the safety net of a plain cell: a group to trust, a watcher
             if checker is not None:
                 return checker.call(op, original, args, kwargs, p2p=p2p)
             pg = self.pg

@@ -8,10 +8,11 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.display import display
+from IPython.display import display, update_display
 
 from . import backends, cells, config, doctor, envplan
-from .display import Cell, JoinStatus, Message, SideBySide, cell_table, summary_table
+from .celltable import cell_table
+from .display import Cell, JoinStatus, Message, SideBySide, summary_table
 from .errors import ConfigError, NbdistError, NotInitializedError
 from .session import Session
 
@@ -103,6 +104,10 @@ class DistMagics(Magics):
               help="do not compare each collective (op, shape, dtype, root) across ranks before it runs")
     @argument("--allow-different", action="store_true",
               help="allow different code on different ranks (by default such cells are refused)")
+    @argument("--max-time", default=None, metavar="S",
+              help="seconds the body may run on any rank; then the cell fails on every rank (default: no limit)")
+    @argument("--no-live", action="store_true",
+              help="no live table while the body runs: only the final one (this notebook only)")
     @cell_magic
     def collective(self, line: str, cell: str) -> None:
         """Run this cell on every rank in lockstep; show every rank's output side by side.
@@ -110,18 +115,25 @@ class DistMagics(Magics):
         A barrier before and after the body keeps ranks together; ranks whose
         code (or these flags) differs are refused before anything runs. Each
         torch.distributed collective is compared across the members of its
-        group before it runs. The table has one column per rank; a failure on
-        any rank (an exception, the stop button, a rank that is gone) ends the
-        cell on every rank, after the table is shown. The process group is kept
-        unless a collective was waiting on it; then the table says so, and the
-        next %%collective rebuilds it.
+        group before it runs. The table has one column per rank, each listing
+        that rank's outputs in the order it produced them; outputs equal on
+        every rank are shown once. From 0.5 s into the body, the table is shown
+        live, updated twice a second with each rank's output and state. The
+        end barrier waits for a rank still running the body as long as its
+        kernel lives (--timeout counts only for ranks not in the cell);
+        --max-time bounds the body itself. A failure on any rank (an exception,
+        the stop button, a rank that is gone, %dist_stop) ends the cell on every
+        rank, after the table is shown. The process group is kept unless a
+        collective was waiting on it; then the next cell that uses it rebuilds it.
         """
         args = parse_argstring(self.collective, line)
-        timeout = _seconds("--timeout", args.timeout)
+        flags = cells.Flags(_seconds("--timeout", args.timeout), check=not args.no_check,
+                            same_code=not args.allow_different,
+                            max_time=None if args.max_time is None else _seconds("--max-time", args.max_time),
+                            live=not args.no_live)
         world = self.session.world
         try:
-            outcome = self.session.collective(cell, timeout, check=not args.no_check,
-                                              same_code=not args.allow_different)
+            outcome = self.session.collective(cell, flags)
         except (NbdistError, KeyboardInterrupt) as exc:
             partial = getattr(exc, "outcome", None)
             if partial is not None and world is not None:
@@ -214,6 +226,17 @@ class DistMagics(Magics):
         print(f"nbdist: all {self.session.world.world_size} ranks met (waited {waited * 1000:.1f} ms)")
 
     @line_magic
+    def dist_stop(self, line: str) -> None:
+        """End the cell every other rank is running, within 2 s; each fails naming this notebook.
+
+        Like the stop button, pressed in every notebook at once; the process
+        group is rebuilt at the next cell that uses it, if a collective was
+        waiting. From a terminal: nbdist stop --master-addr ADDR [--master-port P].
+        """
+        n = self.session.stop_all()
+        print(f"nbdist: stop #{n} sent to every rank of this world")
+
+    @line_magic
     def dist_destroy(self, line: str) -> None:
         """Leave the world: destroy the process group; other ranks see it in %dist_status."""
         if self.session.world is None:
@@ -239,13 +262,15 @@ def _seconds(name: str, value: Any) -> float:
 
 def _show_cell(world: Any, outcome: cells.Outcome) -> None:
     captures = outcome.captures
-    shown = [c or {"stderr": "(no result from this rank)", "wall": 0.0} for c in captures]
+    shown = [c or {"outputs": [{"kind": "note", "text": "(no result from this rank)"}], "wall": 0.0} for c in captures]
     title = f"%%collective #{outcome.number} · {world.world_size} ranks"
     if any(c is None for c in captures):
         title += " · partial: some ranks sent no result"
     table = cell_table(title, world.ranks, shown)
     table.footer = _group_note(outcome)
-    if table.rows:  # like a plain cell, a cell that showed nothing on any rank shows nothing
+    if outcome.live_id is not None:  # the final table replaces the live one, in place
+        update_display(table, display_id=outcome.live_id)
+    elif table.rows:  # like a plain cell, a cell that showed nothing on any rank shows nothing
         display(table)
     elif table.footer:
         display(Message(table.footer))
@@ -343,7 +368,7 @@ def unload(shell: Any) -> None:
         t for t in shell.input_transformers_cleanup if getattr(t, "__name__", "") != "bare_cell_magic_as_line"
     ]
     for kind, names in (("line", ("dist_init", "dist_status", "dist_barrier", "dist_destroy", "dist_env",
-                                  "dist_doctor")),
+                                  "dist_doctor", "dist_stop")),
                         ("cell", ("dist_init", "collective"))):
         for name in names:
             shell.magics_manager.magics[kind].pop(name, None)

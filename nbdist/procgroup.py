@@ -216,6 +216,7 @@ class ProcessGroup:
         import torch.distributed as dist
 
         self.backend, self.prefix, self.timeout = backend, prefix, timeout
+        self.gen = 0  # the world generation it was built in (set by the session)
         self.broken = False  # cut, or found untrustworthy: every rank rebuilds at its next cell
         self.reason = ""
         self.abandoned = False  # a collective was left pending (see abandon)

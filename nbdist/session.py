@@ -8,18 +8,23 @@ import os
 import platform
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__, backends, capture, cells, envplan, netinfo, rendezvous, tunnel
+from . import __version__, backends, capture, cells, cpplog, envplan, netinfo, progress, rendezvous, tunnel
 from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig, is_local_address
-from .errors import ConfigError, JoinError, NotInitializedError, StoreConnectionError, TokenError
+from .errors import ConfigError, JoinError, NotInitializedError, StoppedError, StoreConnectionError, TokenError
+from .fingerprint import Checker
+from .guard import Guard, request_stop
 from .heartbeat import Heartbeat
 from .hooks import Collectives
 from .procgroup import ProcessGroup, destroy_default
+from .stopper import Stopper
 from .store import Server, StoreClient, connect, probe, run_in_thread
+from .watch import CellWatch
 from .world import World
 
 log = logging.getLogger(__name__)
@@ -75,8 +80,13 @@ class Session:
         self.npu_seen: dict[str, str | None] | None = None  # what torch_npu read once in this process, if known
         self.npu_seen_when = ""
         self.notes: list[str] = []  # warnings for the init summary
+        self.cpplog_note: str | None = None  # torch was imported first: its C++ log lines may show
         self._around_tunnel: envplan.EnvVar | None = None  # the interface chosen for the peers, the master on loopback
         self.hooks = Collectives()
+        self.stopper = Stopper()  # lets nbdist's watchers end the running cell (--max-time, %dist_stop)
+        self.guard: Guard | None = None
+        self._plain: CellWatch | None = None  # the watcher of a plain cell that called a collective
+        self._plain_cells = 0
         self.cell_entered = False  # whether the running notebook cell's %%collective reached the protocol
 
     # --- joining ------------------------------------------------------------
@@ -88,6 +98,11 @@ class Session:
         """
         usable, _, facts = backends.npu_status()
         self.notes = backends.guard_torch_import(facts)
+        quiet, self.cpplog_note = cpplog.plan(self.environ_for_config(), sys.modules)
+        self._setenv(quiet)  # torch's C++ log level, before torch reads it (only if the user did not set it)
+        self._early.update(quiet)
+        if self.cpplog_note:
+            self.notes.append(self.cpplog_note)
         if "torch_npu" in sys.modules:
             self.npu_seen = {key: os.environ.get(key) for key in envplan.READ_ONCE}
             self.npu_seen_when = "torch_npu was imported before %load_ext nbdist"
@@ -104,7 +119,8 @@ class Session:
         self.config = cfg
         self.choice = backends.choose(cfg.backend, cfg.device, 0)
         self._apply_plan(cfg)
-        self.notes = [*self.choice.warnings, *(v.warning for v in self.env_plan if v.warning)]
+        self.notes = [*self.choice.warnings, *(v.warning for v in self.env_plan if v.warning),
+                      *([self.cpplog_note] if self.cpplog_note else [])]
         late = envplan.stale(self.env_plan, self.npu_seen) if self.choice.backend == "hccl" else []
         if late:
             certain = self.npu_seen_when == _BUILT_HCCL
@@ -153,6 +169,9 @@ class Session:
         self._set_environment(cfg)
         self.hooks.group_timeout = self.pg_timeout
         self.hooks.install()
+        self.stopper.install()
+        self.hooks.on_plain = self._plain_checker
+        self.guard = Guard(self.client.clone(op_timeout=5.0), self.world.key, cfg.rank, self.id, self._stop_requested)
         if self.world.replaced is None:
             self.world.gen = self.world.store_generation()
             self.rebuild_process_group("join")
@@ -336,16 +355,90 @@ class Session:
             return ProcessGroup(self.choice.backend, store, prefix, world.rank, world.world_size, self.pg_timeout)
 
         world.pg = run_in_thread(build, self.pg_timeout, "initialising the process group")
+        world.pg.gen = world.gen
         self.hooks.pg = world.pg
 
-    def _sync_generation(self, world: World) -> None:
+    def ensure_group(self, gen: int | None = None) -> str | None:
+        """Before a cell uses the process group: rebuild it, with every rank, if it cannot be trusted.
+
+        It cannot when it was cut or found broken (a stopped collective, a failed cell), or when the
+        world moved to a new generation since it was built (a rank rejoined, another rank's group
+        failed). The rank that finds its own group of this generation broken moves the world on;
+        every rank then meets at the generation's rebuild barrier, as a plain cell's first
+        collective or at a %%collective's start. Returns why it rebuilt, or None. ``gen``: the
+        store's generation, if the caller just read it.
+        """
+        world = self.require_world("a collective")
+        gen = world.store_generation() if gen is None else gen
+        pg = world.pg
+        if pg is not None and not pg.broken and pg.gen == gen and pg.is_current():
+            return None
+        if pg is None:
+            why = "this rank had no process group yet"
+        elif pg.gen != gen:
+            why = f"the world moved to generation {gen} (a rank rejoined, or another rank's group failed)"
+        else:
+            why = pg.reason if pg.broken else "the notebook's code destroyed the process group"
+            world.bump_generation(gen)  # our own group of this generation: tell the others
+            gen = world.store_generation()
+        if gen != world.gen:
+            world.enter_generation(gen)
+        _, name = world.next_name("rebuild")
+        world.barrier(name, TIMEOUTS["barrier"], f"rebuilding the process group (generation {gen}: {why})")
+        self.rebuild_process_group(f"rebuild{gen}")
+        return why
+
+    def _plain_checker(self) -> Checker | None:
+        """The safety net of a plain cell, at its first collective: a trusted group, and a watcher."""
+        world = self.world
+        if world is None or self._watch_client is None or threading.current_thread() is not threading.main_thread():
+            return None
+        self.ensure_group()
+        self._plain_cells += 1
+        cell = f"g{world.gen}/plain/{world.rank}/{self._plain_cells}"
+        checker = Checker(world, cell, TIMEOUTS["barrier"], self.hooks.params, compare=False, plain=True)
+        watch = CellWatch(world, self._watch_client, cell, checker, "this cell", stopper=self.stopper, plain=True)
+        watch.__enter__()
+        self._plain, self.hooks.active = watch, checker
+        return checker
+
+    def _end_plain(self) -> None:
+        watch, self._plain = self._plain, None
+        if watch is None:
+            return
+        if self.hooks.active is watch.checker:
+            self.hooks.active = None
+        watch.__exit__(None, None, None)
+        pg = self.world.pg if self.world is not None else None
+        if pg is not None and pg.broken and pg.gen == self.world.gen:
+            try:
+                self.world.bump_generation(pg.gen)  # the others rebuild at their next cell that uses it, too
+            except StoreConnectionError as exc:
+                log.info("could not tell the others the process group failed: %s", exc)
+
+    def _stop_requested(self, info: dict[str, Any]) -> None:
+        """The guard saw a stop of every rank (%dist_stop, nbdist stop) while a cell runs here."""
+        info = {**info, "kind": "stopped", "rank": -1}
+        watch = self.stopper.watch
+        if watch is not None:
+            watch.stop_all(info)  # it cuts a collective that is waiting
+        else:
+            self.stopper.stop(StoppedError(info.get("message", "stopped")))
+
+    def stop_all(self) -> int:
+        """%dist_stop: ask every rank to stop its running cell."""
+        world = self.require_world("%dist_stop")
+        return request_stop(world.client, world.round, f"{world.describe(world.rank)} with %dist_stop", self.id)
+
+    def _sync_generation(self, world: World) -> int:
         """Follow the world to a new generation (a rank was replaced): renumber, re-read ranks.
 
-        The process group stays until the ranks decide, at the start of a cell, to rebuild it.
+        The process group stays until the next cell that uses it rebuilds it. Returns the generation.
         """
         gen = world.store_generation()
         if gen != world.gen:
             world.enter_generation(gen)
+        return gen
 
     # --- using the world ----------------------------------------------------
     def require_world(self, what: str) -> World:
@@ -353,15 +446,15 @@ class Session:
             raise NotInitializedError(what)
         return self.world
 
-    def collective(self, source: str, timeout: float, check: bool = True, same_code: bool = True) -> cells.Outcome:
+    def collective(self, source: str, flags: cells.Flags) -> cells.Outcome:
         """Run ``source`` on this rank in lockstep with the others; see :mod:`nbdist.cells`."""
         world = self.require_world("%%collective")
         assert self._watch_client is not None
         try:
-            self._sync_generation(world)
-            return cells.run(world, self.shell, source, timeout, self._watch_client, self.hooks.params,
-                             activate=self._activate, rebuild=self.rebuild_process_group,
-                             check=check, same_code=same_code, entered=self._entered)
+            rebuilt = self.ensure_group(self._sync_generation(world))
+            return cells.run(world, self.shell, source, flags, self._watch_client, self.hooks.params,
+                             activate=self._activate, rebuild=self.rebuild_process_group, entered=self._entered,
+                             stopper=self.stopper, rebuilt=rebuilt)
         except StoreConnectionError as exc:
             marker = world.client.marker
             hosts = [i for i, r in enumerate(world.ranks)
@@ -378,8 +471,12 @@ class Session:
         self.cell_entered = True
 
     def before_cell(self, *_: Any) -> None:
-        """IPython's pre_run_cell event."""
+        """IPython's pre_run_cell event: a cell of the user runs from now (a stop may end it)."""
         self.cell_entered = False
+        if self.world is not None:
+            self.stopper.arm()
+            if self.guard is not None:
+                self.guard.running = True
 
     def after_cell(self, result: Any) -> None:
         """IPython's post_run_cell event: a %%collective stopped before its turn still takes it, closed.
@@ -388,6 +485,10 @@ class Session:
         flags); without this, the other ranks would wait for this one until their
         --timeout.
         """
+        self._end_plain()
+        self.stopper.disarm()
+        if self.guard is not None:
+            self.guard.running = False
         raw = getattr(getattr(result, "info", None), "raw_cell", "") or ""
         error = getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None)
         if self.world is None or self.cell_entered or error is None or not raw.lstrip().startswith("%%collective"):
@@ -406,7 +507,7 @@ class Session:
         self._sync_generation(world)
         k, name = world.next_name("barrier")
         start = time.perf_counter()
-        world.barrier(name, timeout, f"%dist_barrier #{k}")
+        world.barrier(name, timeout, f"%dist_barrier #{k}", working=world.busy_elsewhere)
         world.note("passed %dist_barrier")
         return time.perf_counter() - start
 
@@ -435,6 +536,10 @@ class Session:
     # --- leaving ------------------------------------------------------------
     def leave(self) -> None:
         """Leave the world (others see it); keeps a hosted server running. Idempotent."""
+        self._end_plain()
+        if self.guard is not None:
+            self.guard.stop()
+            self.guard = None
         if self.world is not None:
             try:
                 self.world.leave()
@@ -488,6 +593,8 @@ class Session:
         self._early.clear()
         self.hooks.uninstall()
         capture.unroute_streams()
+        progress.unpatch()
+        self.stopper.uninstall()
         if self.server is not None:
             self.server.stop()
             self.server = None

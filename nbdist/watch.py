@@ -1,10 +1,14 @@
-"""A watcher beside a running %%collective body: it stops the cell for a reason, and cuts only when it must.
+"""A watcher beside a running body: it stops the cell for a reason, and cuts only when it must.
 
-While the body runs on the kernel's main thread, this thread watches, every
-0.1 s, for: another rank's failure in this cell (its ``failed`` key), a rank
+While a %%collective body (or a plain cell that called a collective) runs on
+the kernel's main thread, this thread watches, every 0.1 s, for: another
+rank's failure in this cell (its ``failed`` key; not for plain cells), a rank
 that is gone (see :class:`~nbdist.world.PeerTracker`), the rendezvous server
-going away, and the stop button (SIGINT, seen through ``signal.set_wakeup_fd``,
-since it is not delivered while C++ blocks).
+going away, the stop button (SIGINT, seen through ``signal.set_wakeup_fd``,
+since it is not delivered while C++ blocks), ``--max-time`` running out, and a
+stop of every rank handed over by the guard (:mod:`nbdist.guard`). The last two
+end even a computing body, through :mod:`nbdist.stopper`. It also gives the
+live table (:mod:`nbdist.live`) its turn.
 
 Stopping the cell means: no collective may start any more (the cell's
 :class:`~nbdist.fingerprint.Checker` refuses it). The process group is *cut*
@@ -26,11 +30,13 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .config import POLL_INTERVAL
-from .errors import NbdistError, PeerLostError, StoreConnectionError
+from .errors import MaxTimeError, NbdistError, PeerLostError, StoppedError, StoreConnectionError
 from .fingerprint import Checker
+from .stopper import Stopper
 from .store import StoreClient
 from .world import World
 
@@ -60,12 +66,21 @@ def in_collective_code(thread_id: int) -> bool:
 class CellWatch:
     """Watches one cell of one rank. :attr:`reason` says why it stopped the cell, :attr:`cut` whether it cut."""
 
-    def __init__(self, world: World, client: StoreClient, cell: str, checker: Checker, label: str = "") -> None:
+    def __init__(self, world: World, client: StoreClient, cell: str, checker: Checker, label: str = "",
+                 on_tick: Callable[[], None] | None = None, max_time: float | None = None,
+                 stopper: Stopper | None = None, plain: bool = False) -> None:
         self.world, self.client, self.cell, self.checker = world, client, cell, checker
+        self._on_tick = on_tick  # the live table's turn, every slice (it keeps its own pace)
+        self.max_time, self.stopper = max_time, stopper
+        self.plain = plain  # a plain cell's: no other rank is in it, so only peers, the stop button, stops
+        self._started = time.monotonic()
+        self._timed_out = False
         self.cell_label = label or cell
         self._noted: tuple[str, float] | None = None
         self.reason: dict[str, Any] | None = None
         self.interrupted = False
+        self.forced = False  # nbdist itself ended the body (--max-time, a stop of every rank)
+        self._forced_at = 0.0
         self.cut = False
         self._interrupted_at = 0.0
         self._body = threading.get_ident()
@@ -78,10 +93,14 @@ class CellWatch:
     def __enter__(self) -> CellWatch:
         if threading.current_thread() is threading.main_thread():
             self._old_wakeup = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        if self.stopper is not None:
+            self.stopper.watch = self
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.stopper is not None and self.stopper.watch is self:
+            self.stopper.watch = None
         self._stop.set()
         os.write(self._write_fd, b"\0")  # wake the select
         self._thread.join(timeout=5)
@@ -106,12 +125,39 @@ class CellWatch:
                 return
             if self.reason is None:
                 self._look_around(failed_key)
+            self._check_max_time()  # a failure elsewhere leaves a computing body alone; --max-time does not
             self._cut_if_needed()
             self._note_long_collective()
+            if self._on_tick is not None:
+                try:
+                    self._on_tick()
+                except Exception:  # a display problem must never stop the watcher
+                    log.exception("nbdist: the live table failed")
+
+    def _check_max_time(self) -> None:
+        if self.max_time is None or self._timed_out or time.monotonic() - self._started < self.max_time:
+            return
+        self._timed_out = True
+        me = self.world.describe(self.world.rank)
+        message = f"{me} was still running its body after --max-time {self.max_time:g} s"
+        self._stop_cell({"rank": self.world.rank, "kind": "max-time", "message": message}, publish=True)
+        self._raise_in_body(MaxTimeError(message))
+
+    def stop_all(self, info: dict[str, Any]) -> None:
+        """Someone stopped every rank (%dist_stop, nbdist stop): end this body now, cutting if it must."""
+        self._stop_cell(info, publish=True)
+        self._raise_in_body(StoppedError(info.get("message", "stopped")))
+
+    def _raise_in_body(self, exc: BaseException) -> None:
+        """A body that is computing ends at once; one inside a collective ends when the cut fails it."""
+        if not self.forced:
+            self.forced, self._forced_at = True, time.monotonic()
+        if self.stopper is not None:
+            self.stopper.stop(exc)
 
     def _look_around(self, failed_key: str) -> None:
         try:
-            text = self.client.get_if(failed_key)
+            text = None if self.plain else self.client.get_if(failed_key)
             if text is not None:
                 info = json.loads(text)
                 if info["rank"] != self.world.rank:
@@ -144,6 +190,7 @@ class CellWatch:
             or self.checker.inside is not None
             or in_collective_code(self._body)
             or (self.interrupted and time.monotonic() - self._interrupted_at > INTERRUPT_GRACE)
+            or (self.forced and time.monotonic() - self._forced_at > INTERRUPT_GRACE)
         )
         if must:
             self.cut = True

@@ -20,6 +20,8 @@ from .pulse import judge
 from .store import StoreClient, StoreConnectionError
 
 DEAD_AFTER = 5 * HEARTBEAT_INTERVAL  # seconds without a heartbeat before a rank counts as gone
+WORKING_RECHECK = 1.0  # seconds between looks at whether the ranks a barrier waits for are still at work
+UNBOUNDED = 10.0**7  # seconds: a wait whose deadline its tick keeps
 
 
 def current_round(client: StoreClient) -> int:
@@ -170,7 +172,8 @@ class World:
 
     # --- barriers -----------------------------------------------------------
     def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None,
-                verdict: Callable[[], str] | None = None, members: list[int] | None = None) -> str:
+                verdict: Callable[[], str] | None = None, members: list[int] | None = None,
+                working: Callable[[int, dict[str, Any]], bool] | None = None) -> str:
         """Wait until every rank (or every one of ``members``) arrives at barrier ``name``, or fail naming who did not.
 
         The last rank to arrive opens the barrier with the state ``verdict``
@@ -181,6 +184,12 @@ class World:
         stops waiting (timeout, interrupt, a lost peer) closes it with its
         reason, so the ranks still waiting fail with that reason and a late
         one fails at once.
+
+        ``working(rank, last)`` says, from a missing rank's last recorded activity,
+        whether it is still working towards this barrier (running the cell's
+        body, say): ``timeout`` does not count for such a rank while its
+        heartbeat lives, so the wait goes on (the peer checks still end it
+        when the rank dies).
         """
         base = self.key(name)
         expected = self.world_size if members is None else len(members)
@@ -189,9 +198,9 @@ class World:
             if self.client.add(f"{base}/n", 1) >= expected:
                 state = self.client.compare_set(f"{base}/state", "", verdict() if verdict is not None else "go")
             else:
-                state = self._wait_open(base, name, timeout, label, on_tick, members)
-        except KeyboardInterrupt:  # wherever it lands (a store call defers it): nobody may wait for this rank
-            self.close_barrier(name, "interrupted its cell")
+                state = self._wait_open(base, name, timeout, label, on_tick, members, working)
+        except KeyboardInterrupt as exc:  # wherever it lands (a store call defers it): nobody may wait for this rank
+            self.close_barrier(name, "interrupted its cell" if type(exc) is KeyboardInterrupt else f"stopped: {exc}")
             raise
         if state.startswith("refused:"):
             raise BarrierRefused(state.removeprefix("refused:"))
@@ -199,16 +208,25 @@ class World:
             raise PeerFailedError(f"{label}: {state}; run the next cell on every rank")
         return state
 
-    def _wait_open(self, base: str, name: str, timeout: float, label: str,
-                   on_tick: Callable[[], None] | None, members: list[int] | None) -> str:
+    def _wait_open(self, base: str, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None,
+                   members: list[int] | None, working: Callable[[int, dict[str, Any]], bool] | None) -> str:
+        deadline = time.monotonic() + timeout
+
         def tick() -> None:
+            nonlocal deadline
             self.check_world()
             self.check_peers()
             if on_tick is not None:
                 on_tick()
+            now = time.monotonic()
+            if working is not None and now > deadline:
+                if not self._missing_work(name, members, working):
+                    raise WaitTimeout(f"waited {timeout:g} s")
+                deadline = now + WORKING_RECHECK  # every missing rank is still at work: look again soon
 
         try:
-            self.client.wait([f"{base}/state"], timeout, on_tick=tick)
+            # With ``working``, the deadline is the tick's to keep: it moves while the missing ranks work.
+            self.client.wait([f"{base}/state"], timeout if working is None else UNBOUNDED, on_tick=tick)
         except WaitTimeout:
             if self._close(base, "gave up waiting") != "go":
                 raise WaitTimeout(self._who_is_missing(name, timeout, label, members)) from None
@@ -227,6 +245,23 @@ class World:
     def close_barrier(self, name: str, reason: str) -> str:
         """Close barrier ``name`` with this rank's reason, whether or not this rank reached it."""
         return self._close(self.key(name), reason)
+
+    def _missing(self, name: str, members: list[int] | None) -> dict[int, dict[str, Any]]:
+        """The last recorded activity of each rank that has not arrived at barrier ``name``."""
+        ranks = [i for i in (range(self.world_size) if members is None else members) if i != self.rank]
+        lasts = {i: self.client.get_json_if(self.key(f"last/{i}")) or {} for i in ranks}
+        return {i: last for i, last in lasts.items() if last.get("barrier") != name}
+
+    def _missing_work(self, name: str, members: list[int] | None,
+                      working: Callable[[int, dict[str, Any]], bool]) -> bool:
+        """Whether every rank still missing is at work (see :meth:`barrier`); the peer checks vouch for its life."""
+        missing = self._missing(name, members)
+        return bool(missing) and all(working(i, last) for i, last in missing.items())
+
+    def busy_elsewhere(self, i: int, last: dict[str, Any]) -> bool:
+        """A ``working`` rule for barriers outside cells: rank ``i`` runs a cell, and waits at no barrier."""
+        busy = self.client.get_json_if(self.key(f"busy/{i}")) or {}
+        return bool(busy.get("busy")) and "barrier" not in last
 
     def _who_is_missing(self, name: str, timeout: float, label: str, members: list[int] | None = None) -> str:
         missing = []

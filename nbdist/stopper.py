@@ -1,0 +1,75 @@
+"""Ending the running cell from a watcher thread: a signal to the main thread, whose handler raises there.
+
+A thread cannot raise in another; a signal handler runs on the main thread,
+between two bytecodes, and interrupts a blocking sleep or wait as the stop
+button does. nbdist uses SIGUSR2 for this, armed only while a cell of the
+user runs, so a late signal never lands in the kernel's own loop. A body
+inside a C call that does not return (a collective) is the watcher's to cut
+first; the handler then raises as soon as Python runs again.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SIGNAL = signal.SIGUSR2
+
+
+class Stopper:
+    """Raises a given exception in the main thread, while armed."""
+
+    def __init__(self) -> None:
+        self._pending: BaseException | None = None
+        self._armed = 0
+        self._old: Any = None
+        self._installed = False
+        self.lock = threading.Lock()
+        self.watch: Any = None  # the CellWatch of the running cell, if it has one (it cuts what must be cut)
+
+    def install(self) -> None:
+        """Take over the signal (main thread only; idempotent)."""
+        if self._installed or threading.current_thread() is not threading.main_thread():
+            return
+        self._old = signal.signal(SIGNAL, self._handle)
+        self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed and threading.current_thread() is threading.main_thread():
+            signal.signal(SIGNAL, self._old if self._old is not None else signal.SIG_DFL)
+            self._installed = False
+
+    @property
+    def armed(self) -> bool:
+        return self._armed > 0
+
+    def arm(self) -> None:
+        with self.lock:
+            self._armed += 1
+
+    def disarm(self) -> None:
+        with self.lock:
+            self._armed = max(0, self._armed - 1)
+            if not self._armed:
+                self._pending = None
+
+    def stop(self, exc: BaseException) -> bool:
+        """Raise ``exc`` in the main thread, if a cell is running there; True if it was sent."""
+        with self.lock:
+            if not self._installed or not self._armed or self._pending is not None:
+                return False
+            self._pending = exc
+        signal.pthread_kill(threading.main_thread().ident, SIGNAL)  # type: ignore[arg-type]
+        return True
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        with self.lock:
+            exc, self._pending = self._pending, None
+            armed = self._armed > 0
+        if exc is not None and armed:
+            raise exc
+        log.debug("nbdist: a stop signal arrived with no cell to stop")
