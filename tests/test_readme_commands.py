@@ -103,6 +103,12 @@ SKIP = {
     r"jupyter lab": "a server for a browser; tests/test_examples.py::test_both_notebooks_run_as_one_world runs the "
                     "example notebooks with nbclient",
     r"%%dist_init .*10\.202\.73\.94.*": "two machines with an Ascend NPU each; its flags are still parsed",
+    r"%dist_stop": "stops the cells of the world: tests/test_long_cells.py::"
+                   "test_dist_stop_in_another_joined_notebook_ends_the_others_cells runs it from a third notebook",
+    r"nbdist stop(?: .*)?": "stops the cells of a world: tests/test_long_cells.py::"
+                            "test_nbdist_stop_in_a_terminal_ends_every_ranks_cell_within_2s runs it",
+    r"python examples/what_you_see/make_screenshots\.py": "needs Chromium, Playwright and JupyterLab (the lab "
+                                                          "extra); it took the committed PNGs",
     r"%dist_destroy": "ends the world this module shares: tests/test_readme_claims.py::"
                       "test_dist_destroy_on_rank_0_keeps_its_server_running_for_the_others runs it",
     r"%(?:unload_ext|reload_ext)(?: nbdist)?": "tears nbdist down in the world this module shares: "
@@ -1039,6 +1045,25 @@ def test_the_tours_collective_cell_shows_what_the_readme_shows(world):
         missing = shown_as(output.lines, r.text(), world.port)
         assert not missing, (f"README.md:{output.line}: rank {rank} did not show these lines:\n" + "\n".join(missing)
                              + f"\n--- it showed:\n{r.text()}")
+
+
+@pytest.mark.timeout(180)
+def test_the_tours_training_cell_shows_its_table_live_then_the_final_one(world):
+    """The tour's second `%%collective` cell (a DDP loop with a tqdm bar): live table, then one final table."""
+    world = formed(world)
+    blocks, _ = split_blocks(readme_text())
+    cells = [b for b in blocks if b.lang == "python" and b.lines and b.lines[0].strip() == "%%collective"]
+    assert len(cells) >= 2, "README.md's tour has no training cell"
+    cell = cells[1]
+    steps = re.search(r"range\((\d+)\)", "\n".join(cell.lines))
+    assert steps, f"README.md:{cell.line}: the training cell has no loop"
+    results = kernels.execute_all(world.kernels, "\n".join(cell.lines) + "\n", timeout=150)
+    for rank, r in enumerate(results):
+        assert r.status == "ok", f"README.md:{cell.line}: rank {rank}: {r.error}"
+        assert any("state: running" in t for t in r.updates()), f"rank {rank}: no live table: {r.updates()}"
+        final = r.text()
+        assert final.count(f"{steps[1]}/{steps[1]}") == 2 and "state:" not in final, final  # one bar per rank
+        assert len(final.splitlines()) < 15, final
 
 
 @pytest.mark.timeout(60)
