@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 _BUILT_HCCL = "this kernel has built an HCCL process group already"
 EXIT_GRACE = 3.0  # seconds a kernel that hosts the server keeps serving at exit while other ranks still use it
-TOKEN_GRACE = 5.0  # seconds a refused token is tried again (the server's rank may be restarting it)
+TOKEN_GRACE = 15.0  # seconds a refused token is tried again (the server's rank may be restarting it, on a busy host)
 
 
 def _node_id() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import secrets
@@ -47,6 +48,33 @@ def start_serve(port: int, *extra: str) -> subprocess.Popen:
             raise AssertionError("nbdist serve did not start listening within 60 s")
         time.sleep(0.2)
     return proc
+
+
+def ok(results: list[kernels.Result]) -> list[kernels.Result]:
+    """The results, after asserting every rank's cell succeeded (naming the first that did not)."""
+    for rank, r in enumerate(results):
+        assert r.status == "ok", f"rank {rank}: {r.error}"
+    return results
+
+
+def form(ks: list[kernels.Kernel], port: int, extra: str = "") -> None:
+    """``%%dist_init`` in every kernel at once: a world of ``len(ks)`` ranks on ``port``."""
+    n = len(ks)
+    ok(kernels.execute_all(ks, [init_line(i, n, port, extra) for i in range(n)], timeout=120))
+
+
+@contextlib.contextmanager
+def shared_world(n: int = 2) -> Iterator[SimpleNamespace]:
+    """A formed world for a test module to share (``kernels``, ``port``, each kernel's ``baselines`` state)."""
+    port = free_port()
+    ks = kernels.start(n)
+    try:
+        ok(kernels.execute_all(ks, "%load_ext nbdist", timeout=60))
+        form(ks, port)
+        yield SimpleNamespace(kernels=ks, port=port, baselines=[kernel_state(k) for k in ks])
+    finally:
+        for k in reversed(ks):  # rank 0 hosts the server: stop it last
+            k.shutdown()
 
 
 def init_line(rank: int, world_size: int, port: int, extra: str = "") -> str:

@@ -7,32 +7,18 @@ a stopped rank says where it was, and an output too large for the store leaves a
 from __future__ import annotations
 
 import re
-from types import SimpleNamespace
 
 import pytest
 
 from nbdist import kernels
 
-from .conftest import free_port, init_line, kernel_state, restore_kernel_state
-
-
-def ok(results: list[kernels.Result]) -> list[kernels.Result]:
-    for rank, r in enumerate(results):
-        assert r.status == "ok", f"rank {rank}: {r.error}"
-    return results
+from .conftest import ok, restore_kernel_state, shared_world
 
 
 @pytest.fixture(scope="module")
 def shared():
-    port = free_port()
-    ks = kernels.start(2)
-    try:
-        ok(kernels.execute_all(ks, "%load_ext nbdist", timeout=60))
-        ok(kernels.execute_all(ks, [init_line(i, 2, port) for i in range(2)], timeout=120))
-        yield SimpleNamespace(kernels=ks, baselines=[kernel_state(k) for k in ks])
-    finally:
-        for k in reversed(ks):
-            k.shutdown()
+    with shared_world(2) as world:
+        yield world
 
 
 @pytest.fixture

@@ -15,27 +15,15 @@ import ast
 import shutil
 import subprocess
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from nbdist import kernels
 from nbdist.store import connect
 
-from .conftest import free_port, init_line, kernel_state, restore_kernel_state, run_in_background
+from .conftest import form, free_port, init_line, ok, restore_kernel_state, run_in_background, shared_world
 
 ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()\n"
-
-
-def ok(results: list[kernels.Result]) -> list[kernels.Result]:
-    for rank, r in enumerate(results):
-        assert r.status == "ok", f"rank {rank}: {r.error}"
-    return results
-
-
-def form(ks: list[kernels.Kernel], port: int, extra: str = "") -> None:
-    n = len(ks)
-    ok(kernels.execute_all(ks, [init_line(i, n, port, extra) for i in range(n)], timeout=120))
 
 
 def value(kernel: kernels.Kernel, expression: str) -> object:
@@ -45,15 +33,8 @@ def value(kernel: kernels.Kernel, expression: str) -> object:
 
 @pytest.fixture(scope="module")
 def shared():
-    port = free_port()
-    ks = kernels.start(2)
-    try:
-        ok(kernels.execute_all(ks, "%load_ext nbdist", timeout=60))
-        form(ks, port)
-        yield SimpleNamespace(kernels=ks, port=port, baselines=[kernel_state(k) for k in ks])
-    finally:
-        for k in reversed(ks):  # rank 0 hosts the server: stop it last
-            k.shutdown()
+    with shared_world(2) as world:
+        yield world
 
 
 @pytest.fixture

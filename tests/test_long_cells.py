@@ -12,23 +12,16 @@ import socket
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from nbdist import kernels
 
-from .conftest import free_port, init_line, kernel_state, restore_kernel_state, run_in_background
+from .conftest import form, ok, restore_kernel_state, run_in_background, shared_world
 
 HOST = socket.gethostname()
 PLAIN_ALL_REDUCE = "t = torch.ones(1); dist.all_reduce(t); t.item()"
 ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()\n"
-
-
-def ok(results: list[kernels.Result]) -> list[kernels.Result]:
-    for rank, r in enumerate(results):
-        assert r.status == "ok", f"rank {rank}: {r.error}"
-    return results
 
 
 def works(ks: list[kernels.Kernel]) -> None:
@@ -45,22 +38,15 @@ def pid(kernel: kernels.Kernel) -> int:
 
 @pytest.fixture(scope="module")
 def shared():
-    port = free_port()
-    ks = kernels.start(2)
-    try:
-        ok(kernels.execute_all(ks, "%load_ext nbdist", timeout=60))
-        ok(kernels.execute_all(ks, [init_line(i, 2, port) for i in range(2)], timeout=120))
-        yield SimpleNamespace(kernels=ks, port=port, baselines=[kernel_state(k) for k in ks])
-    finally:
-        for k in reversed(ks):
-            k.shutdown()
+    with shared_world(2) as world:
+        yield world
 
 
 @pytest.fixture
 def world(shared) -> list[kernels.Kernel]:
     ks = shared.kernels
     if any(r.status != "ok" for r in kernels.execute_all(ks, ALL_REDUCE, timeout=90)):
-        ok(kernels.execute_all(ks, [init_line(i, 2, shared.port) for i in range(2)], timeout=120))
+        form(ks, shared.port)
     yield ks
     for k, baseline in zip(ks, shared.baselines, strict=True):
         restore_kernel_state(k, baseline, reload_nbdist=False)
@@ -106,6 +92,20 @@ def test_a_rank_still_computing_is_waited_for_past_the_timeout(world):
     assert all("done 0" in r.text() and "done 1" in r.text() for r in results)
     live = results[1].updates()
     assert any(re.search(r"state: running 1\d s", t) and "finished in" in t for t in live), live
+
+
+@pytest.mark.timeout(120)
+def test_a_barrier_waits_past_its_timeout_for_a_rank_busy_in_a_cell_but_not_for_an_idle_one(world):
+    busy, box = run_in_background(world[1], "import time; time.sleep(8)\n%dist_barrier", timeout=60)
+    t0 = time.monotonic()
+    r0 = world[0].execute("%dist_barrier --timeout 3", timeout=60)
+    assert r0.status == "ok" and 7 < time.monotonic() - t0 < 15, (r0.error, time.monotonic() - t0)
+    busy.join(timeout=30)
+    assert box["r"].status == "ok", box["r"].error
+    t0 = time.monotonic()
+    idle = world[0].execute("%dist_barrier --timeout 3", timeout=60)  # rank 1 runs nothing now
+    assert idle.status == "error" and idle.error["ename"] == "WaitTimeout" and time.monotonic() - t0 < 6, idle.error
+    assert world[1].execute("%dist_barrier --timeout 3", timeout=30).status == "error"  # closed: it fails at once
 
 
 @pytest.mark.timeout(120)
@@ -189,7 +189,7 @@ def test_a_stop_in_a_collective_cell_ends_it_on_every_rank_and_the_next_cell_wor
 @pytest.mark.timeout(240)
 def test_dist_stop_in_another_joined_notebook_ends_the_others_cells(start_kernels, port, record_fault):
     ks = start_kernels(3)
-    ok(kernels.execute_all(ks, [init_line(i, 3, port) for i in range(3)], timeout=120))
+    form(ks, port)
     ok(kernels.execute_all(ks, "%%collective\npair = dist.new_group([0, 1])\n", timeout=60))
     loop = "for i in range(10**6):\n    t = torch.ones(1); dist.all_reduce(t, group=pair)\n"
     runs = [run_in_background(k, loop, timeout=60) for k in ks[:2]]
