@@ -77,6 +77,24 @@ def shared_world(n: int = 2) -> Iterator[SimpleNamespace]:
             k.shutdown()
 
 
+@pytest.fixture(scope="module")
+def shared() -> Iterator[SimpleNamespace]:
+    """One two-rank world per test module that asks for it (see :func:`shared_world`)."""
+    with shared_world(2) as world:
+        yield world
+
+
+def lend(shared: SimpleNamespace, probe: str | None = None) -> Iterator[list[kernels.Kernel]]:
+    """A module's shared world for one test (a fixture yields from it): formed again first if ``probe``,
+    a cell run on every rank, fails (an earlier test broke it); each kernel's state put back afterwards."""
+    ks = shared.kernels
+    if probe is not None and any(r.status != "ok" for r in kernels.execute_all(ks, probe, timeout=90)):
+        form(ks, shared.port)
+    yield ks
+    for k, baseline in zip(ks, shared.baselines, strict=True):
+        restore_kernel_state(k, baseline, reload_nbdist=False)
+
+
 def init_line(rank: int, world_size: int, port: int, extra: str = "") -> str:
     return f"%%dist_init --rank {rank} --world-size {world_size} --master-addr 127.0.0.1 --master-port {port} {extra}"
 

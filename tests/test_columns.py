@@ -7,25 +7,18 @@ a stopped rank says where it was, and an output too large for the store leaves a
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 
 from nbdist import kernels
 
-from .conftest import ok, restore_kernel_state, shared_world
-
-
-@pytest.fixture(scope="module")
-def shared():
-    with shared_world(2) as world:
-        yield world
+from .conftest import lend, ok
 
 
 @pytest.fixture
-def world(shared) -> list[kernels.Kernel]:
-    yield shared.kernels
-    for k, baseline in zip(shared.kernels, shared.baselines, strict=True):
-        restore_kernel_state(k, baseline, reload_nbdist=False)
+def world(shared) -> Iterator[list[kernels.Kernel]]:
+    yield from lend(shared)
 
 
 def _table(r: kernels.Result) -> str:

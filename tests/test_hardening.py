@@ -15,13 +15,14 @@ import ast
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from nbdist import kernels
 from nbdist.store import connect
 
-from .conftest import form, free_port, init_line, ok, restore_kernel_state, run_in_background, shared_world
+from .conftest import form, free_port, init_line, lend, ok, run_in_background
 
 ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()\n"
 
@@ -31,21 +32,10 @@ def value(kernel: kernels.Kernel, expression: str) -> object:
     return ast.literal_eval(r.expression("v"))
 
 
-@pytest.fixture(scope="module")
-def shared():
-    with shared_world(2) as world:
-        yield world
-
-
 @pytest.fixture
-def world(shared) -> list[kernels.Kernel]:
+def world(shared) -> Iterator[list[kernels.Kernel]]:
     """The shared world, working (formed again if an earlier test broke it); put back as it was afterwards."""
-    ks = shared.kernels
-    if any(r.status != "ok" for r in kernels.execute_all(ks, ALL_REDUCE.replace("60", "20"), timeout=60)):
-        form(ks, shared.port)
-    yield ks
-    for k, baseline in zip(ks, shared.baselines, strict=True):
-        restore_kernel_state(k, baseline, reload_nbdist=False)
+    yield from lend(shared, ALL_REDUCE.replace("60", "20"))
 
 
 MAKE_DDP = """%%collective

@@ -12,12 +12,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from nbdist import kernels
 
-from .conftest import form, ok, restore_kernel_state, run_in_background, shared_world
+from .conftest import form, lend, ok, run_in_background
 
 HOST = socket.gethostname()
 PLAIN_ALL_REDUCE = "t = torch.ones(1); dist.all_reduce(t); t.item()"
@@ -36,20 +37,9 @@ def pid(kernel: kernels.Kernel) -> int:
     return int(kernel.execute("import os; os.getpid()").text().strip())
 
 
-@pytest.fixture(scope="module")
-def shared():
-    with shared_world(2) as world:
-        yield world
-
-
 @pytest.fixture
-def world(shared) -> list[kernels.Kernel]:
-    ks = shared.kernels
-    if any(r.status != "ok" for r in kernels.execute_all(ks, ALL_REDUCE, timeout=90)):
-        form(ks, shared.port)
-    yield ks
-    for k, baseline in zip(ks, shared.baselines, strict=True):
-        restore_kernel_state(k, baseline, reload_nbdist=False)
+def world(shared) -> Iterator[list[kernels.Kernel]]:
+    yield from lend(shared, ALL_REDUCE)
 
 
 @pytest.mark.timeout(120)
