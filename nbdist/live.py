@@ -88,11 +88,13 @@ class LiveTable:
 
     def _show(self, now: float) -> None:
         world = self.world
-        records = []
+        records: list[dict[str, Any] | None] = []
         for i in range(world.world_size):
-            text = self.world.client.get_if(self._key(i)) if i != world.rank else None
-            records.append({**self._mine, "outputs": self.output.snapshot()} if i == world.rank
-                           else (json.loads(text) if text else None))
+            if i == world.rank:
+                records.append({**self._mine, "outputs": self.output.snapshot()})
+                continue
+            text = world.client.get_if(self._key(i))
+            records.append(json.loads(text) if text else None)  # None: not published yet (still running)
         captures = [r or {"outputs": []} for r in records]
         states = [_state(r, now - self.started) for r in records]
         table = cell_table(self.title, world.ranks, captures, states)
