@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import HEARTBEAT_INTERVAL
+from .config import HEARTBEAT_INTERVAL, POLL_INTERVAL
 from .errors import JoinError, PeerFailedError, PeerLostError, WaitTimeout, WorldChangedError
 from .pulse import judge
 from .store import StoreClient, StoreConnectionError
@@ -123,6 +123,14 @@ class World:
         self._counters[kind] = n
         return n, f"g{self.gen}/{kind}/{n}"
 
+    def peek_name(self, kind: str) -> int:
+        """The number :meth:`next_name` gives next for ``kind``."""
+        return self._counters.get(kind, 0) + 1
+
+    def align(self, kind: str, number: int) -> None:
+        """Make ``number`` the next of ``kind`` (a follower takes its driver's numbering)."""
+        self._counters[kind] = number - 1
+
     # --- activity and health ----------------------------------------------
     def note(self, what: str, **extra: Any) -> None:
         """Record what this rank is doing, for other ranks' timeouts and status."""
@@ -194,10 +202,10 @@ class World:
         base = self.key(name)
         expected = self.world_size if members is None else len(members)
         try:
-            self.note(f"waiting at {label}", barrier=name)
-            if self.client.add(f"{base}/n", 1) >= expected:
+            if self.client.add(f"{base}/n", 1) >= expected:  # the last to arrive opens it: nobody waits for its note
                 state = self.client.compare_set(f"{base}/state", "", verdict() if verdict is not None else "go")
             else:
+                self.note(f"waiting at {label}", barrier=name)
                 state = self._wait_open(base, name, timeout, label, on_tick, members, working)
         except KeyboardInterrupt as exc:  # wherever it lands (a store call defers it): nobody may wait for this rank
             self.close_barrier(name, "interrupted its cell" if type(exc) is KeyboardInterrupt else f"stopped: {exc}")
@@ -224,9 +232,17 @@ class World:
                     raise WaitTimeout(f"waited {timeout:g} s")
                 deadline = now + WORKING_RECHECK  # every missing rank is still at work: look again soon
 
+        ends = time.monotonic() + timeout
         try:
-            # With ``working``, the deadline is the tick's to keep: it moves while the missing ranks work.
-            self.client.wait([f"{base}/state"], timeout if working is None else UNBOUNDED, on_tick=tick)
+            while True:
+                # With ``working``, the deadline is the tick's to keep: it moves while the missing ranks work.
+                left = max(POLL_INTERVAL, ends - time.monotonic()) if working is None else UNBOUNDED
+                self.client.wait([f"{base}/state"], left, on_tick=tick)
+                state = self.client.get_if(f"{base}/state")
+                if state is not None:
+                    return state
+                # Woken with nothing set: torch's TCPStore also wakes a wait when another client's
+                # compare-and-set merely reads the missing key. Wait again.
         except WaitTimeout:
             if self._close(base, "gave up waiting") != "go":
                 raise WaitTimeout(self._who_is_missing(name, timeout, label, members)) from None

@@ -1,0 +1,44 @@
+"""Waits that a read of the missing key does not end (torch's TCPStore wakes them): real server, real TCP."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from nbdist.store import Server, connect
+from nbdist.world import World
+
+RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
+
+
+def test_a_barrier_waits_on_while_another_client_reads_its_missing_state_key(port):
+    server = Server("127.0.0.1", port)
+    clients = [connect("127.0.0.1", port) for _ in range(3)]
+    try:
+        a, b, spy = clients
+        # What this guards against, as torch does it: a compare-and-set that reads a missing key wakes its waits.
+        woken: dict = {}
+        waiter = threading.Thread(target=lambda: woken.update(done=a.wait(["probe"], 5.0)), daemon=True)
+        waiter.start()
+        time.sleep(0.3)
+        assert spy.get_if("probe") is None
+        waiter.join(3)
+        assert "done" in woken and not spy.check(["probe"])  # woken, though nothing was set
+
+        worlds = [World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate((a, b))]
+        box: dict = {}
+        t = threading.Thread(target=lambda: box.update(state=worlds[0].barrier("g0/t/1", 30, "a test barrier")),
+                             daemon=True)
+        t.start()
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            assert spy.get_if("r/0/g0/t/1/state") is None
+            time.sleep(0.05)
+        assert t.is_alive() and "state" not in box, box
+        assert worlds[1].barrier("g0/t/1", 30, "a test barrier") == "go"
+        t.join(10)
+        assert box.get("state") == "go", box
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()
