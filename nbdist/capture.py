@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import io
 import sys
 import time
+import weakref
 from collections import deque
 from typing import Any
 
@@ -176,6 +178,24 @@ class LogPublisher(DisplayPublisher):
         self.log.clear()
 
 
+_PUBLISHERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _publisher(shell: Any, log: OutputLog) -> LogPublisher:
+    """The shell's capture publisher, aimed at ``log``: made once (a traitlets object costs a trivial cell)."""
+    publisher = _PUBLISHERS.get(shell)
+    if publisher is None:
+        publisher = _PUBLISHERS[shell] = LogPublisher(log, shell=shell)
+    publisher.log = log
+    return publisher
+
+
+@functools.lru_cache(maxsize=64)
+def _transformed(transform: Any, source: str) -> str:
+    """IPython's transformation of a cell's source (magics, ``!``, help), cached: the same cell runs again and again."""
+    return transform(source)
+
+
 def run_cell(shell: Any, source: str, log: OutputLog | None = None) -> dict[str, Any]:
     """Run ``source`` in the user's namespace like IPython would; return what it produced.
 
@@ -188,13 +208,13 @@ def run_cell(shell: Any, source: str, log: OutputLog | None = None) -> dict[str,
     stdout, stderr = routed_streams()
     saved = shell.display_pub
     stdout.target, stderr.target = StreamWriter(log, "stdout"), StreamWriter(log, "stderr")
-    shell.display_pub = LogPublisher(log, shell=shell)
+    shell.display_pub = _publisher(shell, log)
     result: dict[str, str] | None = None
     error = None
     start = time.perf_counter()
     try:
         # A blank first line stands for the %%collective line, so line numbers are the notebook cell's own.
-        transformed = "\n" + shell.transform_cell(source)
+        transformed = "\n" + _transformed(shell.transform_cell, source)
         filename = shell.compile.cache(transformed, shell.execution_count, raw_code="\n" + source)
         tree, last = _split_last_expression(ast.parse(transformed, filename))
         with progress.TextBars():

@@ -130,7 +130,7 @@ class Flags:
 def run(world: World, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
         params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[str], None],
         entered: Callable[[], None] | None = None, stopper: Stopper | None = None,
-        rebuilt: str | None = None) -> Outcome:
+        rebuilt: str | None = None, driver: int | None = None) -> Outcome:
     """Run ``source`` on this rank in lockstep with the others (see the module docstring).
 
     ``activate`` hands the cell's checker to nbdist's wrappers (None when the
@@ -139,13 +139,15 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
     error of nbdist's own) closes the cell's barriers, so no rank waits for it.
     ``entered`` is called once the cell has its turn (see :func:`abandon`);
     ``stopper`` lets the watcher end the body (--max-time, a stop of every rank);
-    ``rebuilt`` says why the group was rebuilt just before (see ``Session.ensure_group``).
+    ``rebuilt`` says why the group was rebuilt just before (see ``Session.ensure_group``);
+    ``driver``, on a follower, is the rank whose stop button ends this body too.
     """
     n, cell = world.next_name("cell")
     try:
         if entered is not None:
             entered()
-        outcome = _run(world, n, cell, shell, source, flags, watch_client, params, activate, rebuild, stopper)
+        outcome = _run(world, n, cell, shell, source, flags, watch_client, params, activate, rebuild, stopper,
+                       driver)
         if rebuilt is not None and outcome.rebuilt is None:
             outcome.rebuilt = rebuilt
             outcome.holders = outcome.holders or procgroup.holders(shell.user_ns)
@@ -177,7 +179,7 @@ def abandon(world: World, reason: str, interrupted: bool = False) -> None:
 
 def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
          params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[str], None],
-         stopper: Stopper | None) -> Outcome:
+         stopper: Stopper | None, driver: int | None) -> Outcome:
     label = f"%%collective #{n}"
     timeout = flags.timeout
     digest = hashlib.sha256(source.encode()).hexdigest()
@@ -200,7 +202,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     live = LiveTable(world, cell, f"{label} · {world.world_size} ranks", output, shell.display_pub, flags.live)
     body_started = time.monotonic()
     with CellWatch(world, watch_client, cell, checker, label, on_tick=live.tick, max_time=flags.max_time,
-                   stopper=stopper) as watch:
+                   stopper=stopper, driver=driver) as watch:
         activate(checker)
         if stopper is not None:
             stopper.arm()

@@ -1,4 +1,10 @@
-"""The main job: the two-notebook walkthrough, run in N local kernels (``nbdist demo``)."""
+"""The main job: the two-notebook walkthrough, driven from one notebook kernel (``nbdist demo``).
+
+The kernel runs ``%dist_init --spawn N``, as a person in one notebook would:
+nbdist starts the other ranks as worker kernels that follow it, and each step
+is a ``%%collective`` cell of that one kernel. Each rank's checked value is
+gathered to rank 0 at the end, by one more cell.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from . import kernels, netinfo
+from . import kernels
 
 # The walkthrough's cells, device-agnostic (DEVICE is set by %%dist_init).
 # Each step ends with the value it checks, returned through a user expression.
@@ -104,14 +110,6 @@ def expectations(world_size: int) -> dict[str, object]:
     }
 
 
-def _free_port(preferred: int = 29500) -> int:
-    """29500 if free, else a free port below the ephemeral range (which other programs' sockets use)."""
-    port = netinfo.first_free_port((preferred, *range(29501, 29600), *range(20000, 20100)))
-    if port is None:
-        raise RuntimeError("no free TCP port on 127.0.0.1")
-    return port
-
-
 def _check(step: str, key: str, rank: int, value: object, expected: dict[str, object], ddp: list) -> Check:
     if key == "ddp":
         epochs, checksum = value  # type: ignore[misc]
@@ -121,47 +119,46 @@ def _check(step: str, key: str, rank: int, value: object, expected: dict[str, ob
     return Check(step, rank, value == want, f"got {value}, expected {want}")
 
 
+GATHER = """\
+%%collective
+_nbdist_all = [None] * WORLD_SIZE
+dist.all_gather_object(_nbdist_all, _nbdist_values)
+"""
+
+
 def run(world_size: int = 2, port: int | None = None, out=sys.stdout, timeout: float = 300) -> int:
-    """Run the walkthrough in ``world_size`` kernels; returns 0 only if every expectation holds."""
-    port = port or _free_port()
-    print(f"nbdist demo: starting {world_size} kernels (one per notebook), rendezvous 127.0.0.1:{port}", file=out)
+    """Run the walkthrough from one kernel with ``world_size`` ranks; returns 0 only if every expectation holds."""
+    where = f"--master-port {port}" if port else "port 29500, or a free one"
+    print(f"nbdist demo: one notebook kernel runs %dist_init --spawn {world_size} ({where}): it starts "
+          f"{world_size - 1} worker kernel(s) that follow it", file=out)
     started = time.perf_counter()
-    ks = kernels.start(world_size)
+    (k,) = kernels.start(1)
     checks: list[Check] = []
     try:
-        kernels.execute_all(ks, "%load_ext nbdist", timeout=60)
-        inits = [
-            f"%%dist_init --rank {i} --world-size {world_size} --master-addr 127.0.0.1 --master-port {port}"
-            for i in range(world_size)
-        ]
-        results = kernels.execute_all(ks, inits, timeout=timeout)
-        for i, r in enumerate(results):
-            if r.status != "ok":
-                print(f"rank {i}: %%dist_init failed: {r.error}", file=out)
-                return 1
-        print(f"world of {world_size} formed in {time.perf_counter() - started:.1f} s\n", file=out)
-        expected = expectations(world_size)
-        ddp: list[float] = []
+        k.execute("%load_ext nbdist", timeout=60)
+        init = k.execute(f"%dist_init --spawn {world_size}" + (f" --master-port {port}" if port else ""),
+                         timeout=timeout, user_expressions={"p": "__import__('os').environ.get('MASTER_PORT')"})
+        if init.status != "ok":
+            print(f"%dist_init --spawn failed: {init.error and init.error['evalue']}", file=out)
+            return 1
+        print(f"world of {world_size} formed in {time.perf_counter() - started:.1f} s, rendezvous "
+              f"127.0.0.1:{ast.literal_eval(init.expression('p'))}\n", file=out)
         for step, code, key in STEPS:
             # The checked value is also the cell's last expression, so the table shows it as its Out row.
-            results = kernels.execute_all(
-                ks, "%%collective\n" + code + "_nbdist_demo\n", timeout=timeout, user_expressions={"v": "_nbdist_demo"}
-            )
-            print(f"=== {step} (as rank 0's notebook shows it) ===", file=out)
-            print(results[0].text(), file=out)
-            for i, r in enumerate(results):
-                if r.status != "ok":
-                    checks.append(Check(step, i, False, f"cell failed: {r.error and r.error['evalue']}"))
-                    continue
-                value = ast.literal_eval(r.expression("v"))
-                checks.append(_check(step, key, i, value, expected, ddp))
-        if ddp:
-            same = len(set(ddp)) == 1
-            checks.append(Check("DDP training", -1, same, "weights identical on every rank" if same
-                                else f"weights differ between ranks: {ddp}"))
+            cell = f"%%collective\n{code}globals().setdefault('_nbdist_values', {{}})[{key!r}] = _nbdist_demo\n" \
+                   "_nbdist_demo\n"
+            result = k.execute(cell, timeout=timeout)
+            print(f"=== {step} (as the notebook shows it) ===", file=out)
+            print(result.text(), file=out)
+            if result.status != "ok":
+                checks.append(Check(step, -1, False, f"cell failed: {result.error and result.error['evalue']}"))
+        gathered = k.execute(GATHER, timeout=timeout, user_expressions={"v": "_nbdist_all"})
+        if gathered.status != "ok":
+            checks.append(Check("gather", -1, False, f"cell failed: {gathered.error and gathered.error['evalue']}"))
+        else:
+            checks += _checks(ast.literal_eval(gathered.expression("v")), world_size)
     finally:
-        for k in reversed(ks):  # rank 0 hosts the server: stop it last
-            k.shutdown()
+        k.shutdown()  # its workers stop with it
     print("=== expectations ===", file=out)
     for c in checks:
         who = "all ranks" if c.rank < 0 else f"rank {c.rank}"
@@ -170,3 +167,21 @@ def run(world_size: int = 2, port: int | None = None, out=sys.stdout, timeout: f
     print(f"\nnbdist demo: {'all expectations hold' if ok else 'FAILED'} "
           f"({time.perf_counter() - started:.1f} s)", file=out)
     return 0 if ok else 1
+
+
+def _checks(values: list[dict[str, object]], world_size: int) -> list[Check]:
+    """Every rank's values against the walkthrough's expectations (and DDP's weights alike on all ranks)."""
+    expected = expectations(world_size)
+    checks: list[Check] = []
+    ddp: list[float] = []
+    for step, _, key in STEPS:
+        for rank, mine in enumerate(values):
+            if key not in (mine or {}):
+                checks.append(Check(step, rank, False, "no value: the cell did not finish on this rank"))
+                continue
+            checks.append(_check(step, key, rank, mine[key], expected, ddp))
+    if ddp:
+        same = len(set(ddp)) == 1
+        checks.append(Check("DDP training", -1, same, "weights identical on every rank" if same
+                            else f"weights differ between ranks: {ddp}"))
+    return checks

@@ -152,6 +152,23 @@ class Message:
 
 
 @dataclass
+class Source:
+    """A cell's source under a title (what a following notebook is about to run)."""
+
+    title: str
+    code: str
+
+    def __repr__(self) -> str:
+        return f"{self.title}\n{self.code}"
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/plain": repr(self), "text/html": (
+            f'<div class="nbdist">{html.escape(self.title)}</div>'
+            f'<pre style="{PRE_STYLE};padding:4px 8px;border-left:3px solid rgba(128,128,128,0.5)">'
+            f"{html.escape(self.code)}</pre>")}
+
+
+@dataclass
 class JoinStatus:
     """The live status of a join, updated in place while ranks arrive."""
 

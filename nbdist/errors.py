@@ -88,6 +88,14 @@ class CollectiveMismatchError(NbdistError, RuntimeError):
     """Ranks issued collectives that do not match (op, shape, dtype, root...)."""
 
 
+class DriveError(NbdistError, RuntimeError):
+    """Another notebook drives this world, or a follower refused a cell this notebook sent."""
+
+
+class WorkerError(NbdistError, RuntimeError):
+    """A local worker kernel (%dist_init --spawn) could not start or join."""
+
+
 class StopRequest(KeyboardInterrupt):
     """Base of the stops nbdist raises inside a running body: like the stop button, user code's
     ``except Exception`` does not catch them. Shown as their one-line message."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import atexit
+import sys
+from dataclasses import replace
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -10,9 +12,9 @@ from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, 
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display, update_display
 
-from . import backends, cells, config, doctor, envplan
+from . import backends, cells, config, doctor, envplan, follow, spawn
 from .celltable import cell_table
-from .display import Cell, JoinStatus, Message, SideBySide, summary_table
+from .display import Cell, JoinStatus, Message, SideBySide, Source, summary_table
 from .errors import ConfigError, NbdistError, NotInitializedError
 from .session import Session
 
@@ -44,6 +46,8 @@ class DistMagics(Magics):
                                    f"{config.TIMEOUTS['process_group']:g}; for hccl at least 60 s above "
                                    "HCCL_CONNECT_TIMEOUT and HCCL_EXEC_TIMEOUT, so 660 by default)")
     @argument("--token", help="a shared secret every rank must present to join (else NBDIST_TOKEN)")
+    @argument("--spawn", metavar="N", help="make this notebook rank 0 of N, with N-1 local worker kernels that "
+                                           "follow it (master 127.0.0.1; port 29500, else a free one)")
     @line_cell_magic
     def dist_init(self, line: str, cell: str | None = None) -> None:
         """Join this notebook to a torch.distributed world as one rank.
@@ -57,10 +61,19 @@ class DistMagics(Magics):
         ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (ints) and ``DEVICE`` (this
         rank's ``torch.device``, also ``nbdist.get_device()``).
         Re-running it leaves the world and joins again.
+
+        With --spawn N, this notebook alone forms a world of N on this machine:
+        nbdist starts N-1 worker kernels (through jupyter_client, never fork),
+        each joins and runs %dist_follow, so every %%collective here runs on
+        all N ranks. The workers stop with the world (%dist_destroy, unloading
+        nbdist, this kernel's exit or restart); %dist_workers shows them.
         """
         args = parse_argstring(self.dist_init, line)
         if cell and cell.strip():
             self.shell.run_cell(cell, store_history=False).raise_error()
+        if args.spawn is not None:
+            self._spawn(args)
+            return
         flags = {
             "rank": args.rank, "world_size": args.world_size, "master_addr": args.master_addr,
             "master_port": args.master_port, "backend": args.backend, "device": args.device,
@@ -82,6 +95,29 @@ class DistMagics(Magics):
             ranks = self.session.init(cfg, on_status)
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
+        self._joined(cfg, ranks, address)
+
+    def _spawn(self, args: Any) -> None:
+        try:
+            plan = spawn.plan(args, self.session.environ_for_config())
+            cfg = config.resolve(plan.flags, {}, {})
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+        cfg = replace(cfg, sources={**cfg.sources, **plan.sources})
+        address = f"{cfg.master_addr}:{cfg.master_port}"
+        handle = display(Message(f"nbdist: starting {cfg.world_size - 1} worker kernel(s) for a world of "
+                                 f"{cfg.world_size} on {address}{plan.note}…"), display_id=True)
+
+        def on_status(status: Any) -> None:
+            handle.update(Message(status) if isinstance(status, str) else JoinStatus(status, address))
+
+        try:
+            ranks = self.session.spawn(cfg, plan.worker_flags, on_status)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+        self._joined(cfg, ranks, address)
+
+    def _joined(self, cfg: Any, ranks: list[dict[str, Any]], address: str) -> None:
         import torch
         import torch.distributed as dist
 
@@ -90,8 +126,10 @@ class DistMagics(Magics):
         ns.setdefault("dist", dist)
         ns.update(RANK=cfg.rank, WORLD_SIZE=cfg.world_size, LOCAL_RANK=self.session.local_rank,
                   DEVICE=self.session.device)
+        spawned = " · this notebook drives its workers" if self.session.workers is not None else ""
         display(summary_table(
-            f"nbdist world · {cfg.world_size} rank(s) · rendezvous {address} · this notebook is rank {cfg.rank}",
+            f"nbdist world · {cfg.world_size} rank(s) · rendezvous {address} · this notebook is rank {cfg.rank}"
+            f"{spawned}",
             ranks, footer=" ".join(filter(None, [config.describe_sources(cfg), _version_note(ranks),
                                                  _replaced_note(self.session.world),
                                                  *(f"warning: {note}." for note in self.session.notes)])),
@@ -236,6 +274,69 @@ class DistMagics(Magics):
         n = self.session.stop_all()
         print(f"nbdist: stop #{n} sent to every rank of this world")
 
+    @magic_arguments()
+    @argument("--quiet", action="store_true",
+              help="show only errors, not each cell's source and table (the workers of --spawn follow this way)")
+    @line_magic
+    def dist_follow(self, line: str) -> None:
+        """Follow the driving notebook: run, in lockstep, every %%collective cell it runs, and show it here.
+
+        Any joined notebook drives by running a %%collective while others
+        follow. Each cell arrives through the rendezvous store, signed with a
+        key derived from the world's token (a world on one machine without a
+        token gets a random key); a cell that does not verify is refused and
+        nothing of it runs. Following ends when the driver runs %dist_release
+        or leaves, or with this notebook's stop button; the notebook stays in
+        the world and runs its own cells again.
+        """
+        args = parse_argstring(self.dist_follow, line)
+        world = self.session.require_world("%dist_follow")
+        rank = world.rank
+        quiet = args.quiet
+        show = follow.Shows(
+            source=None if quiet else lambda m: display(Source(f"nbdist: {world.describe(m.driver)} runs "
+                                                               f"%%collective #{m.number}:", m.source)),
+            outcome=lambda o: quiet or _show_cell(self.session.world, o),
+            error=lambda e: print(f"{type(e).__name__}: {e}", file=sys.stderr),
+            barrier=lambda waited: print(f"nbdist: all ranks met at the driver's %dist_barrier "
+                                         f"(waited {waited * 1000:.1f} ms)"),
+            started=lambda: print(f"nbdist: rank {rank} follows: it runs every %%collective the driving notebook "
+                                  "runs, shown here (the stop button stops following)"),
+        )
+        try:
+            why = self.session.follow(show)
+        except KeyboardInterrupt:
+            print(f"nbdist: stopped following (the stop button); this notebook stays in the world as rank {rank} "
+                  "and runs its own cells again")
+            return
+        print(f"nbdist: {why}")
+
+    @line_magic
+    def dist_release(self, line: str) -> None:
+        """Stop driving: the followers stop following and run their own cells again (lockstep)."""
+        if self.session.release():
+            print("nbdist: released the world; its followers run their own cells again")
+        else:
+            print("nbdist: this notebook does not drive the world")
+
+    @line_magic
+    def dist_workers(self, line: str) -> None:
+        """Show this notebook's local worker kernels (%dist_init --spawn): pid, rank, device, state, last lines."""
+        workers = self.session.workers
+        if workers is None:
+            print("nbdist: this notebook started no workers (%dist_init --spawn N starts them)")
+            return
+        rows = workers.rows()
+        ranks = self.session.world.ranks if self.session.world is not None else []
+        table = SideBySide(f"nbdist workers · {len(rows)} kernel(s) started by this notebook",
+                           [f"rank {r['rank']}" for r in rows], compare=False)
+        table.add("pid", [Cell(str(r["pid"])) for r in rows])
+        table.add("state", [Cell(_worker_state(r)) for r in rows])
+        table.add("device", [Cell(str(ranks[r["rank"]].get("device", "")) if r["rank"] < len(ranks) else "")
+                             for r in rows])
+        table.add("last lines", [Cell("\n".join(r["log"])) for r in rows])
+        display(table)
+
     @line_magic
     def dist_destroy(self, line: str) -> None:
         """Leave the world: destroy the process group; other ranks see it in %dist_status."""
@@ -305,6 +406,14 @@ def _replaced_note(world: Any) -> str:
             "every rank rebuilds the process group at its next %%collective")
 
 
+def _worker_state(row: dict[str, Any]) -> str:
+    if not row["alive"]:
+        return "exited"
+    if row["failed"]:
+        return f"failed to join: {row['failed']}"
+    return "joined, following" if row["joined"] else "starting"
+
+
 def _alive(row: dict[str, Any]) -> str:
     age = row["heartbeat_age"]
     if row.get("gone"):
@@ -368,7 +477,7 @@ def unload(shell: Any) -> None:
         t for t in shell.input_transformers_cleanup if getattr(t, "__name__", "") != "bare_cell_magic_as_line"
     ]
     for kind, names in (("line", ("dist_init", "dist_status", "dist_barrier", "dist_destroy", "dist_env",
-                                  "dist_doctor", "dist_stop")),
+                                  "dist_doctor", "dist_stop", "dist_follow", "dist_release", "dist_workers")),
                         ("cell", ("dist_init", "collective"))):
         for name in names:
             shell.magics_manager.magics[kind].pop(name, None)

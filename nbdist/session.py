@@ -8,30 +8,49 @@ import os
 import platform
 import socket
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__, backends, capture, cells, cpplog, envplan, netinfo, progress, rendezvous, tunnel
-from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig, is_local_address
-from .errors import ConfigError, JoinError, NotInitializedError, StoppedError, StoreConnectionError, TokenError
-from .fingerprint import Checker
+from . import (
+    __version__,
+    backends,
+    capture,
+    cells,
+    cpplog,
+    envplan,
+    follow,
+    netinfo,
+    progress,
+    reach,
+    rendezvous,
+    signing,
+    tunnel,
+)
+from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig
+from .errors import (
+    ConfigError,
+    DriveError,
+    JoinError,
+    NotInitializedError,
+    StoppedError,
+    StoreConnectionError,
+)
 from .guard import Guard, request_stop
 from .heartbeat import Heartbeat
 from .hooks import Collectives
+from .plain import PlainNet
 from .procgroup import ProcessGroup, destroy_default
 from .stopper import Stopper
-from .store import Server, StoreClient, connect, probe, run_in_thread
-from .watch import CellWatch
+from .store import Server, StoreClient, connect, run_in_thread
+from .workers import Workers
 from .world import World
 
 log = logging.getLogger(__name__)
 
 _BUILT_HCCL = "this kernel has built an HCCL process group already"
 EXIT_GRACE = 3.0  # seconds a kernel that hosts the server keeps serving at exit while other ranks still use it
-TOKEN_GRACE = 15.0  # seconds a refused token is tried again (the server's rank may be restarting it, on a busy host)
 
 
 def _node_id() -> str:
@@ -41,15 +60,6 @@ def _node_id() -> str:
             return f"{socket.gethostname()}/{f.read().strip()}"
     except OSError:
         return socket.gethostname()
-
-
-_UNREACHABLE = {
-    "refused": "connection to {addr} refused: nothing listens there. Run %%dist_init for rank 0 first "
-               "(it starts the server), or `nbdist serve` on that host; check --master-addr/--master-port",
-    "timeout": "no answer from {addr}: packets are dropped (a firewall or security group?). "
-               "Open that TCP port on the master's host, or check --master-addr",
-    "unreachable": "no route to {addr}: check --master-addr and this host's network",
-}
 
 
 def _env_lines(plan: list[envplan.EnvVar]) -> list[str]:
@@ -66,7 +76,7 @@ class Session:
         self.server: Server | None = None
         self.client: StoreClient | None = None
         self.world: World | None = None
-        self._watch_client: StoreClient | None = None
+        self.watch_client: StoreClient | None = None
         self.heartbeat: Heartbeat | None = None
         self.choice: backends.Choice | None = None
         self.config: WorldConfig | None = None
@@ -85,8 +95,10 @@ class Session:
         self.hooks = Collectives()
         self.stopper = Stopper()  # lets nbdist's watchers end the running cell (--max-time, %dist_stop)
         self.guard: Guard | None = None
-        self._plain: CellWatch | None = None  # the watcher of a plain cell that called a collective
-        self._plain_cells = 0
+        self.plain = PlainNet(self)  # the watcher of a plain cell that calls a collective
+        self.drive = follow.Drive(self.id)  # driving followers (nbdist.follow)
+        self.following = False
+        self.workers: Workers | None = None  # local worker kernels (%dist_init --spawn)
         self.cell_entered = False  # whether the running notebook cell's %%collective reached the protocol
 
     # --- joining ------------------------------------------------------------
@@ -113,9 +125,14 @@ class Session:
         self._setenv(values)
         self._early.update(values)
 
-    def init(self, cfg: WorldConfig, on_status: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
+    def init(self, cfg: WorldConfig, on_status: Callable[[Any], None] | None = None,
+             keep_workers: bool = False) -> list[dict[str, Any]]:
         """Join (or re-join) the world described by ``cfg``; returns every rank's registration."""
+        workers = self.workers if keep_workers else None
+        if keep_workers:
+            self.workers = None  # leaving the old world must not stop the workers that join this one
         self.leave()
+        self.workers = workers
         self.config = cfg
         self.choice = backends.choose(cfg.backend, cfg.device, 0)
         self._apply_plan(cfg)
@@ -132,9 +149,9 @@ class Session:
         import torch
 
         deadline = time.monotonic() + cfg.timeout
-        self.client = self._reach_server(cfg, deadline, on_status)
+        self.client, self.server = reach.reach(cfg, deadline, on_status, self.server, self.id)
         self.heartbeat = Heartbeat(self.client.clone(op_timeout=5.0), self.id, cfg.rank)
-        self._watch_client = self.client.clone(op_timeout=5.0)
+        self.watch_client = self.client.clone(op_timeout=5.0)
         try:
             addr = netinfo.route_to(cfg.master_addr, cfg.master_port).local_ip
         except OSError:  # plan_for routed it a moment ago
@@ -170,7 +187,7 @@ class Session:
         self.hooks.group_timeout = self.pg_timeout
         self.hooks.install()
         self.stopper.install()
-        self.hooks.on_plain = self._plain_checker
+        self.hooks.on_plain = self.plain.checker
         self.guard = Guard(self.client.clone(op_timeout=5.0), self.world.key, cfg.rank, self.id, self._stop_requested)
         if self.world.replaced is None:
             self.world.gen = self.world.store_generation()
@@ -244,71 +261,6 @@ class Session:
     def environ_for_config(self) -> dict[str, str]:
         """The environment as the user set it: values nbdist itself set are left out."""
         return {k: v for k, v in os.environ.items() if self._applied.get(k) != v}
-
-    def _reach_server(self, cfg: WorldConfig, deadline: float, on_status: Callable[[Any], None] | None) -> StoreClient:
-        host, port = cfg.master_addr, cfg.master_port
-        hosting = self.server is not None and self.server.running
-        if hosting and (self.server.host, self.server.port) != (host, port):
-            self.server.stop()
-            self.server = None
-        elif hosting and self.server.token != cfg.token:
-            self._restart_server_for_token(cfg)
-        local = is_local_address(host)
-        token_refused: float | None = None
-        while True:
-            state = probe(host, port)
-            if state == "open":
-                holder = None
-                if local and not (self.server is not None and self.server.running):
-                    holder = netinfo.port_holder(port)
-                connect_timeout = min(TIMEOUTS["connect"], max(1.0, deadline - time.monotonic()))
-                try:
-                    return connect(host, port, connect_timeout, token=cfg.token, holder=holder)
-                except TokenError as exc:
-                    # The server's notebook may be restarting it with this token right now (both re-ran
-                    # %%dist_init with a new one): try again for a few seconds before saying so.
-                    now = time.monotonic()
-                    token_refused = now if token_refused is None else token_refused
-                    if now - token_refused > TOKEN_GRACE or now > deadline:
-                        raise
-                    if on_status is not None:
-                        on_status(f"nbdist: {exc}; trying again for {TOKEN_GRACE:g} s, in case rank 0 is restarting "
-                                  "its server with this notebook's token")
-                    time.sleep(0.5)
-                    continue
-            if cfg.rank == 0 and state == "refused" and local:
-                try:
-                    self.server = Server(host, port, token=cfg.token)
-                except StoreConnectionError:
-                    if probe(host, port) != "open":
-                        raise
-                continue
-            if time.monotonic() > deadline:
-                raise StoreConnectionError(f"{_UNREACHABLE[state].format(addr=f'{host}:{port}')} "
-                                           f"(waited {cfg.timeout:g} s)")
-            if on_status is not None:
-                on_status({"world_size": cfg.world_size, "joined": {}, "missing": list(range(cfg.world_size)),
-                           "elapsed": cfg.timeout - (deadline - time.monotonic()), "server": state})
-            time.sleep(0.5)
-
-    def _restart_server_for_token(self, cfg: WorldConfig) -> None:
-        """A new token on the rank hosting the server takes effect: restart it, if nobody else uses it."""
-        assert self.server is not None
-        address = f"{self.server.host}:{self.server.port}"
-        client = connect(self.server.host, self.server.port, TIMEOUTS["connect"], token=self.server.token)
-        try:
-            others = rendezvous.live_peers(client, self.id)
-        finally:
-            client.close()
-        if others:
-            who = ", ".join(f"rank {o['rank']} ({o.get('host', '?')}, pid {o.get('pid', '?')})" for o in others)
-            was = "with another token" if self.server.token else "without a token"
-            raise JoinError(
-                f"this notebook hosts the rendezvous server at {address}, started {was}, and {who} still "
-                "use(s) it: run %dist_destroy in those notebooks first, then re-run %%dist_init here and there"
-            )
-        self.server.stop()
-        self.server = None
 
     def _settle_devices(self) -> None:
         """Default devices follow the local rank: the index among ranks on the same host."""
@@ -388,34 +340,6 @@ class Session:
         self.rebuild_process_group(f"rebuild{gen}")
         return why
 
-    def _plain_checker(self) -> Checker | None:
-        """The safety net of a plain cell, at its first collective: a trusted group, and a watcher."""
-        world = self.world
-        if world is None or self._watch_client is None or threading.current_thread() is not threading.main_thread():
-            return None
-        self.ensure_group()
-        self._plain_cells += 1
-        cell = f"g{world.gen}/plain/{world.rank}/{self._plain_cells}"
-        checker = Checker(world, cell, TIMEOUTS["barrier"], self.hooks.params, compare=False, plain=True)
-        watch = CellWatch(world, self._watch_client, cell, checker, "this cell", stopper=self.stopper, plain=True)
-        watch.__enter__()
-        self._plain, self.hooks.active = watch, checker
-        return checker
-
-    def _end_plain(self) -> None:
-        watch, self._plain = self._plain, None
-        if watch is None:
-            return
-        if self.hooks.active is watch.checker:
-            self.hooks.active = None
-        watch.__exit__(None, None, None)
-        pg = self.world.pg if self.world is not None else None
-        if pg is not None and pg.broken and pg.gen == self.world.gen:
-            try:
-                self.world.bump_generation(pg.gen)  # the others rebuild at their next cell that uses it, too
-            except StoreConnectionError as exc:
-                log.info("could not tell the others the process group failed: %s", exc)
-
     def _stop_requested(self, info: dict[str, Any]) -> None:
         """The guard saw a stop of every rank (%dist_stop, nbdist stop) while a cell runs here."""
         info = {**info, "kind": "stopped", "rank": -1}
@@ -430,12 +354,62 @@ class Session:
         world = self.require_world("%dist_stop")
         return request_stop(world.client, world.round, f"{world.describe(world.rank)} with %dist_stop", self.id)
 
-    def _sync_generation(self, world: World) -> int:
+    # --- one notebook drives (nbdist.follow, nbdist.workers) ------------------
+    def secret(self) -> str:
+        """The secret this world's cells are signed with (see :func:`nbdist.signing.world_secret`)."""
+        world = self.require_world("driving or following")
+        cfg = self.config
+        assert cfg is not None
+        return signing.world_secret(cfg.token, cfg.master_addr, cfg.master_port, world.client.marker)
+
+    def follow(self, show: follow.Shows) -> str:
+        """%dist_follow: run the driving notebook's cells until it releases or leaves; returns why it ended."""
+        world = self.require_world("%dist_follow")
+        if self.drive.holding:
+            raise DriveError("this notebook drives the world: run %dist_release here first, then %dist_follow")
+        follower = follow.Follower(world, self.id, self.secret())
+        self.following = True
+        self.stopper.disarm()  # between the driver's cells, only the stop button ends the wait
+        try:
+            return follow.run(self, follower, show)
+        finally:
+            self.following = False
+
+    def release(self) -> bool:
+        """%dist_release: stop driving; the followers run their own cells again. True if this notebook drove."""
+        if self.world is None or not self.drive.holding:
+            return False
+        return self.drive.release(self.world, self.secret)
+
+    def spawn(self, cfg: WorldConfig, init_flags: str, on_status: Callable[[Any], None] | None = None
+              ) -> list[dict[str, Any]]:
+        """%dist_init --spawn: start the worker kernels (ranks 1..N-1), join as rank 0, and drive them."""
+        self.leave()
+        assert cfg.token
+        workers = Workers(cfg.world_size, cfg.master_port, cfg.token, init_flags)
+        workers.start()
+        self.workers = workers
+
+        def status(state: Any) -> None:
+            workers.check()  # a worker that failed ends the wait at once, with its log
+            if on_status is not None:
+                on_status(state)
+
+        try:
+            ranks = self.init(cfg, status, keep_workers=True)
+            self.drive.take(self.world)
+        except BaseException:
+            self.leave()
+            raise
+        return ranks
+
+    def _sync_generation(self, world: World, gen: int | None = None) -> int:
         """Follow the world to a new generation (a rank was replaced): renumber, re-read ranks.
 
         The process group stays until the next cell that uses it rebuilds it. Returns the generation.
+        ``gen``: the store's generation, where the caller knows it (a follower, from its driver's message).
         """
-        gen = world.store_generation()
+        gen = world.store_generation() if gen is None else gen
         if gen != world.gen:
             world.enter_generation(gen)
         return gen
@@ -446,15 +420,26 @@ class Session:
             raise NotInitializedError(what)
         return self.world
 
-    def collective(self, source: str, flags: cells.Flags) -> cells.Outcome:
-        """Run ``source`` on this rank in lockstep with the others; see :mod:`nbdist.cells`."""
+    def collective(self, source: str, flags: cells.Flags, align: tuple[int, int] | None = None,
+                   driver: int | None = None) -> cells.Outcome:
+        """Run ``source`` on this rank in lockstep with the others; see :mod:`nbdist.cells`.
+
+        A driving notebook first publishes it to its followers (:mod:`nbdist.follow`); a
+        follower passes ``align``, the driver's (generation, cell number), and the ``driver``'s rank.
+        """
         world = self.require_world("%%collective")
-        assert self._watch_client is not None
+        assert self.watch_client is not None
         try:
-            rebuilt = self.ensure_group(self._sync_generation(world))
-            return cells.run(world, self.shell, source, flags, self._watch_client, self.hooks.params,
+            # A follower takes the generation its driver read a moment ago, and saves a round trip.
+            gen = self._sync_generation(world, None if align is None else align[0])
+            if not self.following:
+                self.drive.before(world, self.secret, "collective", source, follow.cell_flags(flags))
+            rebuilt = self.ensure_group(gen)
+            if align is not None and align[0] == world.gen:
+                world.align("cell", align[1])  # a follower takes its driver's numbering
+            return cells.run(world, self.shell, source, flags, self.watch_client, self.hooks.params,
                              activate=self._activate, rebuild=self.rebuild_process_group, entered=self._entered,
-                             stopper=self.stopper, rebuilt=rebuilt)
+                             stopper=self.stopper, rebuilt=rebuilt, driver=driver)
         except StoreConnectionError as exc:
             marker = world.client.marker
             hosts = [i for i, r in enumerate(world.ranks)
@@ -485,7 +470,7 @@ class Session:
         flags); without this, the other ranks would wait for this one until their
         --timeout.
         """
-        self._end_plain()
+        self.plain.end()
         self.stopper.disarm()
         if self.guard is not None:
             self.guard.running = False
@@ -493,6 +478,8 @@ class Session:
         error = getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None)
         if self.world is None or self.cell_entered or error is None or not raw.lstrip().startswith("%%collective"):
             return
+        if isinstance(error, DriveError):
+            return  # another notebook drives: this cell never had a turn of its own
         interrupted = isinstance(error, KeyboardInterrupt)
         why = "interrupted its cell" if interrupted else f"could not start its cell ({type(error).__name__}: {error})"
         try:
@@ -505,6 +492,8 @@ class Session:
         """All ranks meet; returns the seconds this rank waited."""
         world = self.require_world("%dist_barrier")
         self._sync_generation(world)
+        if not self.following:
+            self.drive.before(world, self.secret, "barrier", flags={"timeout": timeout})
         k, name = world.next_name("barrier")
         start = time.perf_counter()
         world.barrier(name, timeout, f"%dist_barrier #{k}", working=world.busy_elsewhere)
@@ -536,11 +525,17 @@ class Session:
     # --- leaving ------------------------------------------------------------
     def leave(self) -> None:
         """Leave the world (others see it); keeps a hosted server running. Idempotent."""
-        self._end_plain()
+        self.plain.end()
         if self.guard is not None:
             self.guard.stop()
             self.guard = None
         if self.world is not None:
+            try:
+                if self.drive.holding:
+                    self.drive.release(self.world, self.secret, "left the world (%dist_destroy, a new %%dist_init, "
+                                                                "or its kernel exits)")
+            except (StoreConnectionError, signing.SigningError) as exc:
+                log.info("could not release the drive: %s", exc)
             try:
                 self.world.leave()
             except StoreConnectionError as exc:
@@ -552,9 +547,9 @@ class Session:
         self.hooks.active, self.hooks.pg = None, None
         destroy_default()
         self._restore_environment(keep=self._early)
-        if self._watch_client is not None:
-            self._watch_client.close()
-            self._watch_client = None
+        if self.watch_client is not None:
+            self.watch_client.close()
+            self.watch_client = None
         if self.heartbeat is not None:
             self.heartbeat.stop()
             self.heartbeat = None
@@ -562,6 +557,10 @@ class Session:
             self.client.close()
             self.client = None
         self.device = None
+        self.drive = follow.Drive(self.id)
+        if self.workers is not None:  # after leaving: their follow loops end as they see this rank leave
+            self.workers.shutdown()
+            self.workers = None
 
     def close_at_exit(self) -> None:
         """Kernel exit: leave, keep serving the others a moment if they still use the world, then close.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import socket
 import threading
 import time
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from . import __version__, auth
+from . import __version__, auth, signing
 from .config import POLL_INTERVAL, TIMEOUTS
 from .errors import NotNbdistServerError, StoreConnectionError, WaitTimeout
 
@@ -143,6 +144,8 @@ class Server:
         marker = {"nbdist": __version__, "host": socket.gethostname(), "pid": os.getpid(),
                   "auth": auth.record(token)}
         self._store.set(MARKER_KEY, json.dumps(marker))
+        # A world on one machine without a token still signs the cells it drives (nbdist.signing).
+        self.key_path = signing.create_local_key(self.port) if not token and signing.on_loopback(host) else None
 
     @property
     def running(self) -> bool:
@@ -152,6 +155,7 @@ class Server:
         """Stop serving; idempotent."""
         if self._store is not None:
             self._store = None  # dropping the last reference stops the server
+            signing.remove_local_key(self.key_path)
             log.debug("rendezvous server on %s:%s stopped", self.host, self.port)
 
 
@@ -200,7 +204,10 @@ class StoreClient:
         """The value of ``key``, or None when it is not set: one round trip, never waits.
 
         (``get`` costs two round trips, a wait and a read; a compare-and-set whose
-        expected value can never be stored reads in one and changes nothing.)
+        expected value can never be stored reads in one and changes nothing. But
+        torch's TCPStore wakes every wait on a missing key that it reads this way:
+        read a key that others may be waiting for with :meth:`check`, and wait in a
+        loop that looks again, as :meth:`nbdist.world.World.barrier` does.)
         """
         value = self.compare_set(key, _ABSENT, _ABSENT)
         return None if value == _ABSENT else value
@@ -264,36 +271,23 @@ class StoreClient:
         """
         import torch.distributed as dist
 
-        waiter = self._idle_waiters.pop() if self._idle_waiters else None
-        store = self._store
-        full = [PREFIX + k for k in keys]
-        box: dict[str, Any] = {}
-        done = threading.Event()
-
-        def target() -> None:
-            nonlocal waiter
-            try:
-                if waiter is None:  # connecting ignores SIGINT: do it here, not in the waiting thread
-                    waiter = store.clone()
-                    bound_connections(self.host, self.port)
-                box["waiter"] = waiter
-                waiter.wait(full, timedelta(seconds=seconds + 5.0))
-            except BaseException as exc:  # handed to the waiting thread
-                box["error"] = exc
-            finally:
-                done.set()
-
-        threading.Thread(target=target, name="nbdist-wait", daemon=True).start()
+        waiter = self._idle_waiters.pop() if self._idle_waiters else _Waiter(self._store, self.host, self.port)
+        box, done = waiter.submit([PREFIX + k for k in keys], seconds)
         deadline = time.monotonic() + seconds
-        while not done.wait(POLL_INTERVAL):
-            if on_tick is not None:
-                on_tick()
-            if time.monotonic() > deadline:
-                raise WaitTimeout(f"waited {seconds:g} s for {', '.join(keys)}")
+        try:
+            while not done.wait(POLL_INTERVAL):
+                if on_tick is not None:
+                    on_tick()
+                if time.monotonic() > deadline:
+                    raise WaitTimeout(f"waited {seconds:g} s for {', '.join(keys)}")
+        except BaseException:
+            waiter.close()  # still waiting: its connection is not reused
+            raise
         error = box.get("error")
         if error is None:
-            self._idle_waiters.append(box["waiter"])
+            self._idle_waiters.append(waiter)
             return
+        waiter.close()
         if isinstance(error, dist.DistNetworkError):
             raise self._gone("wait") from error
         raise WaitTimeout(f"waited {seconds:g} s for {', '.join(keys)}") from error
@@ -301,7 +295,45 @@ class StoreClient:
     def close(self) -> None:
         """Drop this connection and its spare ones; idempotent."""
         self._store = None
+        for waiter in self._idle_waiters:
+            waiter.close()
         self._idle_waiters.clear()
+
+
+class _Waiter:
+    """A spare connection with a thread of its own, for one blocking ``TCPStore.wait`` at a time.
+
+    The thread lives as long as the connection is reused, so a wait costs no thread start.
+    """
+
+    def __init__(self, store: Any, host: str, port: int) -> None:
+        self._store, self._host, self._port = store, host, port
+        self._conn: Any = None
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="nbdist-wait", daemon=True).start()
+
+    def submit(self, keys: list[str], seconds: float) -> tuple[dict[str, Any], threading.Event]:
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        self._jobs.put((keys, seconds, box, done))
+        return box, done
+
+    def close(self) -> None:
+        """No more waits: the thread ends once its current one does."""
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            keys, seconds, box, done = job
+            try:
+                if self._conn is None:  # connecting ignores SIGINT: do it here, not in the waiting thread
+                    self._conn = self._store.clone()
+                    bound_connections(self._host, self._port)
+                self._conn.wait(keys, timedelta(seconds=seconds + 5.0))
+            except BaseException as exc:  # handed to the waiting thread
+                box["error"] = exc
+            finally:
+                done.set()
 
 
 # A TCPStore answers its handshake in milliseconds, but a slow reverse-DNS lookup

@@ -68,8 +68,9 @@ class CellWatch:
 
     def __init__(self, world: World, client: StoreClient, cell: str, checker: Checker, label: str = "",
                  on_tick: Callable[[], None] | None = None, max_time: float | None = None,
-                 stopper: Stopper | None = None, plain: bool = False) -> None:
+                 stopper: Stopper | None = None, plain: bool = False, driver: int | None = None) -> None:
         self.world, self.client, self.cell, self.checker = world, client, cell, checker
+        self.driver = driver  # a follower's: the stop button of the notebook that drives it stops its body too
         self._on_tick = on_tick  # the live table's turn, every slice (it keeps its own pace)
         self.max_time, self.stopper = max_time, stopper
         self.plain = plain  # a plain cell's: no other rank is in it, so only peers, the stop button, stops
@@ -162,6 +163,8 @@ class CellWatch:
                 info = json.loads(text)
                 if info["rank"] != self.world.rank:
                     self._stop_cell(info, publish=False)
+                    if info["rank"] == self.driver and info.get("kind") == "interrupted":
+                        self._raise_in_body(StoppedError(info.get("message", "the driver was interrupted")))
                     return
             self.world.check_peers(self.client)
         except PeerLostError as exc:

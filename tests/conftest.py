@@ -156,6 +156,24 @@ def run_in_background(kernel: kernels.Kernel, code: str, timeout: float = 120) -
     return t, box
 
 
+def pid_gone(pid: int) -> bool:
+    """Whether process ``pid`` is gone (a zombie left for its parent to reap counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def wait_gone(pids: list[int], within: float) -> float:
+    started = time.monotonic()
+    while not all(pid_gone(p) for p in pids):
+        assert time.monotonic() - started < within, f"worker pids still alive after {within} s: " + \
+            str([p for p in pids if not pid_gone(p)])
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
 def skip_or_fail_in_ci(reason: str) -> NoReturn:
     """Skip with ``reason``; where ``CI`` is set (non-empty), fail with it instead: CI skips nothing silently."""
     if os.environ.get("CI"):

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from .conftest import free_port
+from .conftest import free_port, wait_gone
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "two_notebooks"
 NOTEBOOKS = [EXAMPLE / "rank0.ipynb", EXAMPLE / "rank1.ipynb"]
@@ -134,3 +134,43 @@ def test_both_notebooks_run_as_one_world(tmp_path: Path) -> None:
         assert status.startswith("nbdist status"), status
         destroyed = "".join(o.get("text", "") for o in _cell(nb, "destroy").outputs)
         assert "left the world" in destroyed, destroyed
+
+
+# --- examples/one_notebook: the walkthrough driven from one notebook (%dist_init --spawn 2) ----------
+
+ONE = Path(__file__).resolve().parents[1] / "examples" / "one_notebook"
+
+
+def test_the_one_notebook_walkthrough_is_the_generators_output(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, str(ONE / "make_notebook.py"), "--out", str(tmp_path)],
+                   check=True, capture_output=True, text=True)
+    committed = ONE / "walkthrough.ipynb"
+    assert (tmp_path / committed.name).read_text(encoding="utf-8") == committed.read_text(encoding="utf-8"), (
+        "walkthrough.ipynb is stale: run python examples/one_notebook/make_notebook.py"
+    )
+    two = [c.source for c in nbformat.read(NOTEBOOKS[0], as_version=4).cells if c.source.startswith("%%collective")]
+    one = [c.source for c in nbformat.read(committed, as_version=4).cells if c.source.startswith("%%collective")]
+    assert one == two and len(one) == 4
+
+
+@pytest.mark.timeout(240)
+def test_the_one_notebook_walkthrough_runs_both_ranks_and_leaves_no_worker(tmp_path: Path) -> None:
+    nb = nbformat.read(ONE / "walkthrough.ipynb", as_version=4)
+    port = free_port()  # never the real 29500
+    _cell(nb, "dist-init").source = f"%dist_init --spawn 2 --master-port {port}"
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    _check_table(_table(_cell(nb, "allreduce")), 2, "[Rank {rank}] AllReduce result: 1.0", r"1\.0")
+    _check_table(_table(_cell(nb, "allgather")), 2, "[Rank {rank}] AllGather result: [0.0, 10.0]",
+                 re.escape("[0.0, 10.0]"))
+    _check_table(_table(_cell(nb, "ddp")), 2, "[Rank {rank}] Epoch 5/5, Loss: ",
+                 r"\{'epochs': 5, 'weight checksum': -?\d+\.\d+\}")
+    workers = "".join(o.get("data", {}).get("text/plain", "") for o in _cell(nb, "workers").outputs)
+    assert "rank 1" in workers and "pid:" in workers, workers
+    pid = int(re.search(r"pid: (\d+)", workers)[1])
+    barrier = "".join(o.get("text", "") for o in _cell(nb, "barrier").outputs)
+    assert "all 2 ranks met" in barrier, barrier
+    destroyed = "".join(o.get("text", "") for o in _cell(nb, "destroy").outputs)
+    assert "left the world" in destroyed, destroyed
+    wait_gone([pid], 15)

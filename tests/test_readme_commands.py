@@ -93,7 +93,20 @@ SKIP = {
     r"pip install torch==2\.13\.0": _SET_UP,
     r"pip install -e (?:\.|'\.\[test\]')": _SET_UP + "; the extra is checked to exist",
     r"python -m pytest": "the suite itself: .ci/run runs it, and run from inside itself it would recurse",
-    r"nbdist demo": "two kernels and the whole walkthrough, about a minute: "
+    r"%dist_init --spawn (?:\d+|N)": "starts worker kernels: tests/test_spawn.py::"
+                                      "test_spawn_4_runs_all_reduce_and_all_gather_and_unload_leaves_no_worker runs "
+                                      "--spawn 4, and tests/test_examples.py the one-notebook walkthrough",
+    r"%dist_follow": "follows the world this module shares until released: tests/test_follow.py::"
+                     "test_the_walkthrough_driven_from_rank_0_runs_on_its_follower_and_release_returns_it_to_lockstep "
+                     "runs it",
+    r"%dist_release": "tests/test_follow.py::"
+                      "test_the_walkthrough_driven_from_rank_0_runs_on_its_follower_and_release_returns_it_to_lockstep "
+                      "runs it",
+    r"%dist_workers": "needs spawned workers: tests/test_spawn.py::"
+                      "test_spawn_4_runs_all_reduce_and_all_gather_and_unload_leaves_no_worker runs it",
+    r"python benchmarks/driven_cells\.py(?: .*)?": "a benchmark of minutes, with ipyparallel beside nbdist; the "
+                                                  "script and its flags are checked",
+    r"nbdist demo": "one kernel, a worker and the whole walkthrough, about a minute: "
                     "tests/test_cli.py::test_demo_runs_the_walkthrough_and_exits_zero runs it",
     r"pip install torch==2\.13\.0 --index-url https://download\.pytorch\.org/whl/cpu":
         "downloads torch from PyTorch's index: nothing outside this machine is reachable",

@@ -228,3 +228,43 @@ def test_a_master_behind_a_dropping_firewall_is_reported_as_no_answer(two_hosts:
     assert time.monotonic() - t0 < 10  # the README: 6.6 s with --timeout 5
     assert r.status == "error" and r.error["ename"] == "StoreConnectionError"
     assert f"no answer from {a.addr}" in r.error["evalue"] and "firewall" in r.error["evalue"]
+
+
+_FOLLOWING = ("__import__('nbdist').follow.following("
+              "get_ipython().magics_manager.registry['DistMagics'].session.world)")
+
+
+@pytest.mark.timeout(300)
+def test_a_follower_on_host_a_runs_what_host_b_drives_with_a_token_and_is_refused_without_one(two_hosts: TwoHosts):
+    a = two_hosts.a
+    port = master_port()
+    ka, kb = _form_world(two_hosts, port)
+    # Without a token, following across hosts is refused: one line, nothing waits.
+    r = ka.execute("%dist_follow", timeout=30)
+    assert r.status == "error" and r.error["ename"] == "SigningError", r.error
+    assert "needs a token" in r.error["evalue"] and len(r.error["traceback"]) == 1, r.error
+    for k in (kb, ka):
+        assert k.execute("%dist_destroy", timeout=60).status == "ok"
+    # With one (a new world on another port): host B drives, host A (which hosts the server) follows.
+    port = master_port() + 1000
+    line = f"%%dist_init --world-size 2 --master-addr {a.addr} --master-port {port} --timeout 90 --token s3cret-{port}"
+    results = kernels.execute_all([ka, kb], [f"{line} --rank 0", f"{line} --rank 1"], timeout=150)
+    assert all(r.status == "ok" for r in results), [(r.error, r.text()[-1500:]) for r in results]
+    box: dict = {}
+    follower = threading.Thread(target=lambda: box.update(r=ka.execute("%dist_follow", timeout=200)), daemon=True)
+    follower.start()
+    deadline = time.monotonic() + 30
+    while kb.expression(_FOLLOWING) != "[0]":
+        assert time.monotonic() < deadline, "host A did not start following"
+        time.sleep(0.2)
+    cell = ("%%collective\nimport socket\nt = torch.tensor([float(RANK + 1)])\ndist.all_reduce(t)\n"
+            "print(socket.gethostname(), t.item())\n")
+    r = kb.execute(cell, timeout=60)
+    assert r.status == "ok", r.error
+    assert "hostA 3.0" in r.text() and "hostB 3.0" in r.text(), r.text()
+    assert "released the world" in kb.execute("%dist_release", timeout=30).text()
+    follower.join(60)
+    assert "r" in box and box["r"].status == "ok", box
+    shown = box["r"].text()
+    assert "rank 1 (hostB" in shown and "runs %%collective #1" in shown, shown
+    assert "hostA 3.0" in shown and "hostB 3.0" in shown, shown

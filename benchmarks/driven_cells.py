@@ -1,0 +1,383 @@
+"""What a cell driven from one notebook costs on all ranks, beside ipyparallel's ``%%px``, at 2 and 4 ranks.
+
+``%dist_init --spawn N`` makes one kernel rank 0 of a world of N and starts
+N-1 local worker kernels that follow it: every ``%%collective`` cell run in
+that one kernel runs on all N ranks (each worker receives it, signed, through
+the rendezvous store). That is what ipyparallel's ``%%px`` offers, so this
+script puts the two side by side. For each world size N (``--world-sizes``,
+default 2 4) it
+
+  1. starts (a) one plain kernel with nothing loaded (the baseline), (b) one
+     kernel that runs ``%load_ext nbdist`` and ``%dist_init --spawn N
+     --master-port P`` (P a free loopback port below the ephemeral range,
+     picked as the tests pick theirs), and (c) unless skipped, ipyparallel's
+     local cluster of N engines plus one kernel that holds an ``ipp.Client``
+     and runs ``%%px``, exactly as ``vs_peers.py`` starts them (its
+     :class:`vs_peers.Ipyparallel`, sized to N);
+  2. times from the client, as ``vs_peers.py`` does (one execute request
+     through :mod:`nbdist.kernels` until that one kernel is idle):
+     (a) ``x = 1``, (b) ``%%collective`` / ``x = 1`` in the driving kernel,
+     (c) ``%%px`` / ``x = 1`` in the client kernel; one of each per round,
+     the order rotated round by round, after uncounted warm-up rounds.
+     (b) returns when the driver's cell ends, and the driver's cell ends only
+     after every rank passed the end barrier, so it covers all N ranks;
+     blocking ``%%px`` waits for every engine, so (c) covers all N engines;
+  3. checks once that the cells really ran everywhere: a driven
+     ``%%collective`` that prints each rank's RANK, WORLD_SIZE and x must
+     show ranks 0..N-1 with x = 1, ``%dist_workers`` must list N-1 workers
+     joined and following; the client must see N engines, each holding
+     x = 1 and its own rank, and a ``%%px`` print must show every one;
+  4. prints, per N, median and p90 per cell, each overhead over (a)
+     (difference of medians, and median of the paired per-round
+     differences), the ratio of nbdist's overhead to %%px's, then one compact
+     table for every N with the target check (nbdist's overhead at most 0.3x
+     %%px's), start-up times (single runs, for scale only) and the versions;
+  5. stops everything in ``finally`` blocks: the driving kernel unloads nbdist
+     (which stops its workers) and shuts down, and any of its child processes
+     still there are then killed by id; the cluster and its client as
+     ``vs_peers.py`` stops them.
+
+Both sides have torch and a gloo process group on every rank (nbdist's world,
+and ``init_process_group`` over a FileStore on the engines, which
+``vs_peers.py`` does). Every connection is to 127.0.0.1: kernels talk over
+ipc, the rendezvous server and gloo listen on loopback, ipyparallel's
+controller on 127.0.0.1.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/driven_cells.py
+    .venv/bin/python benchmarks/driven_cells.py --world-sizes 2 --runs 100
+    .venv/bin/python benchmarks/driven_cells.py --skip ipyparallel
+
+Exits 0 when every system installed and not skipped was measured and
+checked, whether or not the target is met; 1 when one failed (its error is
+printed and the others are still measured). ipyparallel not installed is
+reported (``pip install ipyparallel``), not a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import os
+import secrets
+import statistics
+import sys
+import time
+from typing import Any
+
+import vs_peers
+from _common import load_note
+from cell_overhead import ANSI, BenchError, median_ms, p90_ms
+from vs_peers import Cell, Ipyparallel, Plain, System, require_ok, shutdown_all, time_rounds, timed, version
+
+from nbdist import kernels, netinfo
+
+TRIVIAL = "x = 1"
+TARGET_RATIO = 0.3
+TARGET = f"target: nbdist's driven-cell overhead over a plain cell <= {TARGET_RATIO:g}x %%px's overhead"
+SKIPPABLE = ("ipyparallel",)
+
+MAGICS = "get_ipython().magics_manager.registry['DistMagics']"
+WORKER_PIDS = f"sorted({MAGICS}.session.workers.pids())"
+# The check that a driven cell ran on every rank: each prints a line only it can print.
+RAN_ON = '%%collective\nprint(f"ran on rank {RANK} of {WORLD_SIZE}: x = {x}")'
+# The same for %%px: each engine has its own `rank` (vs_peers pushed it) and, after the rounds, x.
+PX_RAN_ON = '%%px\nprint(f"ran on engine rank {rank} of {world_size}: x = {x}")'
+
+
+def loopback_port() -> int:
+    """A free port on 127.0.0.1 below the ephemeral range, so sockets opened later cannot take it (as the tests)."""
+    port = netinfo.first_free_port(secrets.randbelow(10_000) + 20_000 for _ in range(200))
+    if port is None:
+        raise BenchError("no free port in 20000-29999 on 127.0.0.1")
+    return port
+
+
+def kill_tree(procs: list[Any], wait: float) -> list[int]:
+    """Wait up to ``wait`` s for ``procs`` (psutil.Process) to end, then kill those left; their pids."""
+    import psutil  # an ipykernel dependency
+
+    _, alive = psutil.wait_procs(procs, timeout=wait)
+    killed = []
+    for proc in alive:  # by id; psutil checks it is still the same process
+        try:
+            proc.kill()
+            killed.append(proc.pid)
+        except psutil.Error:
+            continue
+    return killed
+
+
+class Spawned(System):
+    """One kernel: ``%load_ext nbdist``, ``%dist_init --spawn N``; its cells are timed until it is idle."""
+
+    name = "nbdist"
+    how = ("one kernel: %load_ext nbdist; %dist_init --spawn N --master-port P (rank 0 on 127.0.0.1, N-1 local "
+           "worker kernels that follow it); %%collective cells run in that kernel only, timed until it is idle "
+           "(its cell ends after every rank passed the end barrier)")
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.kernel: kernels.Kernel | None = None
+        self.worker_pids: list[int] = []
+
+    def start(self, timeout: float) -> None:
+        t0 = time.perf_counter()
+        self.kernel = kernels.Kernel()
+        require_ok(self.kernel.execute("%load_ext nbdist", timeout), "%load_ext nbdist")
+        t1 = time.perf_counter()
+        line = f"%dist_init --spawn {self.n} --master-port {loopback_port()} --timeout {timeout:g}"
+        result = self.kernel.execute(line, timeout + 120)  # N-1 kernels start and import torch first
+        elapsed = time.perf_counter() - t1
+        require_ok(result, line)
+        text = ANSI.sub("", result.text())
+        if f"nbdist world · {self.n} rank(s)" not in text or "drives its workers" not in text:
+            raise BenchError(f"{line} did not form a driven world of {self.n}:\n{text}")
+        got = require_ok(self.kernel.execute("", timeout, {"pids": WORKER_PIDS}), "reading the worker pids")
+        self.worker_pids = ast.literal_eval(got.expression("pids"))
+        if len(self.worker_pids) != self.n - 1:
+            raise BenchError(f"{self.n - 1} workers expected, {len(self.worker_pids)} found: {self.worker_pids}")
+        self.startup = [("start 1 kernel + %load_ext nbdist", t1 - t0),
+                        (f"%dist_init --spawn {self.n} (workers start and join)", elapsed)]
+
+    def cells(self) -> list[Cell]:
+        assert self.kernel is not None
+        k = self.kernel
+        return [Cell("nbdist", f"(b) nbdist driven %%collective  x = 1, {self.n} ranks", self.name,
+                     lambda t: timed(k, f"%%collective\n{TRIVIAL}", "%%collective x = 1", t))]
+
+    def verify(self, timeout: float) -> None:
+        assert self.kernel is not None
+        text = ANSI.sub("", require_ok(self.kernel.execute(RAN_ON, timeout), "%%collective print(RANK)").text())
+        missing = [r for r in range(self.n) if f"ran on rank {r} of {self.n}: x = 1" not in text]
+        if missing:
+            raise BenchError(f"nbdist: the driven cell did not show ranks {missing} of {self.n}:\n{text}")
+        shown = ANSI.sub("", require_ok(self.kernel.execute("%dist_workers", timeout), "%dist_workers").text())
+        if shown.count("joined, following") != self.n - 1:
+            raise BenchError(f"nbdist: %dist_workers does not show {self.n - 1} workers following:\n{shown}")
+
+    def stop(self) -> None:
+        if self.kernel is None:
+            return
+        import psutil
+
+        # Everything the driving kernel started (its workers, their children), known before it goes.
+        tree: list[Any] = []
+        try:
+            tree = psutil.Process(self.kernel.manager.provisioner.pid).children(recursive=True)
+        except Exception:  # psutil.NoSuchProcess, or no provisioner: the kernel is gone already
+            pass
+        try:  # unloading leaves the world and stops the workers (ask, then kill after 3 s)
+            require_ok(self.kernel.execute("%unload_ext nbdist", 60), "%unload_ext nbdist")
+        except Exception as exc:  # the kernel's exit stops them too; the sweep below ends what is left
+            print(f"warning: unloading nbdist failed: {exc}", file=sys.stderr)
+        shutdown_all([self.kernel])
+        self.kernel = None
+        killed = kill_tree(tree, 10)
+        if killed:
+            print(f"warning: killed processes the nbdist driver left behind: {killed}", file=sys.stderr)
+
+
+class IppN(Ipyparallel):
+    """vs_peers' ipyparallel set-up (cluster, client kernel, process group on the engines) with N engines."""
+
+    how = Ipyparallel.how.replace("n=2", "n=N")
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def start(self, timeout: float) -> None:
+        # vs_peers sizes its cluster by its module's WORLD, read when start() runs: size it to N for this call.
+        saved, vs_peers.WORLD = vs_peers.WORLD, self.n
+        try:
+            super().start(timeout)
+        finally:
+            vs_peers.WORLD = saved
+        self.startup = [(what.replace("n=2", f"n={self.n}"), seconds) for what, seconds in self.startup]
+
+    def cells(self) -> list[Cell]:
+        assert self.kernel is not None
+        k = self.kernel
+        return [Cell("px", f"(c) ipyparallel %%px  x = 1, {self.n} engines", self.name,
+                     lambda t: timed(k, f"%%px\n{TRIVIAL}", "%%px x = 1", t))]
+
+    def verify(self, timeout: float) -> None:
+        assert self.kernel is not None
+        exprs = {"ids": "len(rc.ids)", "x": "rc[:].pull('x', block=True)",
+                 "ranks": "sorted(rc[:].pull('rank', block=True))"}
+        got = require_ok(self.kernel.execute("pass", timeout, exprs), "pulling x from the engines")
+        ids, xs, ranks = (ast.literal_eval(got.expression(e)) for e in ("ids", "x", "ranks"))
+        if ids != self.n or xs != [1] * self.n or ranks != list(range(self.n)):
+            raise BenchError(f"ipyparallel: {ids} engines, x = {xs}, ranks {ranks}; expected {self.n} engines, "
+                             f"x = 1 and ranks 0..{self.n - 1}")
+        text = ANSI.sub("", require_ok(self.kernel.execute(PX_RAN_ON, timeout), "%%px print(rank)").text())
+        missing = [r for r in range(self.n) if f"ran on engine rank {r} of {self.n}: x = 1" not in text]
+        if missing:
+            raise BenchError(f"ipyparallel: %%px did not show engine ranks {missing} of {self.n}:\n{text}")
+
+
+def overheads(plain: list[float], values: list[float]) -> tuple[float, float]:
+    """Over (a) in ms: the difference of medians, and the median of the per-round paired differences."""
+    paired = statistics.median(b - a for a, b in zip(plain, values, strict=False)) * 1000  # equal unless one failed
+    return median_ms(values) - median_ms(plain), paired
+
+
+def ratio(ours: float, theirs: float) -> str:
+    return f"{ours / theirs:.2f}x" if theirs > 0 else "n/a (%%px adds nothing)"
+
+
+def report_size(n: int, systems: list[System], times: dict[str, list[float]], runs: int) -> dict[str, Any]:
+    """Print one world size's table; returns its figures for the summary."""
+    print(f"\n== {n} ranks, gloo, CPU: client wall time, execute request -> that kernel idle "
+          f"({runs} interleaved runs each) ==")
+    print(f"{'cell':<46} {'median ms':>10} {'p90 ms':>9} {'over (a) ms':>12} {'paired ms':>10}")
+    plain = times.get("plain", [])
+    row: dict[str, Any] = {"n": n}
+    for cell in (c for s in systems for c in s.cells()):
+        values = times.get(cell.key, [])
+        if len(values) < 2 or len(plain) < 2:
+            print(f"{cell.label:<46} not measured")
+            continue
+        line = f"{cell.label:<46} {median_ms(values):>10.2f} {p90_ms(values):>9.2f}"
+        row[cell.key] = median_ms(values)
+        if cell.key != "plain":
+            added, paired = overheads(plain, values)
+            row[f"{cell.key}-over"], row[f"{cell.key}-paired"] = added, paired
+            line += f" {added:>+12.2f} {paired:>+10.2f}"
+        print(line)
+    print("(over (a): difference of medians; paired: median of the per-round differences)")
+    if "nbdist-over" in row and "px-over" in row:
+        print(f"nbdist's overhead / %%px's: {ratio(row['nbdist-over'], row['px-over'])} (difference of medians), "
+              f"{ratio(row['nbdist-paired'], row['px-paired'])} (paired)")
+    return row
+
+
+def summary(rows: list[dict[str, Any]]) -> None:
+    def ms(row: dict[str, Any], key: str, sign: str = "") -> str:
+        return f"{row[key]:{sign}.2f}" if key in row else "-"
+
+    print(f"\nsummary, medians in ms (over: difference of medians, paired in brackets; {TARGET}):")
+    print(f"{'N':>2} {'plain':>8} {'nbdist':>8} {'%%px':>8} {'nbdist over':>20} {'%%px over':>20} "
+          f"{'ratio':>7}  target")
+    for row in rows:
+        over = {key: f"{ms(row, key + '-over', '+')} ({ms(row, key + '-paired', '+')})" for key in ("nbdist", "px")}
+        verdict, shown = "not measured", "-"
+        if "nbdist-over" in row and "px-over" in row:
+            if row["px-over"] > 0:
+                value = row["nbdist-over"] / row["px-over"]
+                shown, verdict = f"{value:.2f}x", "PASS" if value <= TARGET_RATIO else "FAIL"
+            else:
+                verdict = "n/a (%%px adds nothing here)"
+        print(f"{row['n']:>2} {ms(row, 'plain'):>8} {ms(row, 'nbdist'):>8} {ms(row, 'px'):>8} "
+              f"{over['nbdist']:>20} {over['px']:>20} {shown:>7}  {verdict}")
+
+
+def run_size(n: int, args: argparse.Namespace, ipp: bool, failed: dict[str, str],
+             startup: list[tuple[str, str, float]], hows: dict[str, str]) -> dict[str, Any] | None:
+    """Start, time, check and stop one world size; failures go to ``failed`` (keyed 'system, N ranks')."""
+    systems: list[System] = [Plain(), Spawned(n)] + ([IppN(n)] if ipp else [])
+    here: dict[str, str] = {}
+    started: list[System] = []
+    row = None
+    try:
+        for system in systems:
+            print(f"{n} ranks: starting {system.name} ...", flush=True)
+            started.append(system)
+            try:
+                system.start(args.timeout)
+            except Exception as exc:  # not measured; the others still are
+                here[system.name] = f"start-up: {type(exc).__name__}: {exc}"
+                print(f"FAILED {system.name} {here[system.name]}", file=sys.stderr, flush=True)
+                system.stop()
+        if "plain" not in here:
+            times = time_rounds(started, args, here)
+            for system in started:
+                if system.name not in here:
+                    try:
+                        system.verify(args.timeout)
+                    except Exception as exc:
+                        here[system.name] = f"check that it ran everywhere: {type(exc).__name__}: {exc}"
+                        print(f"FAILED {system.name} {here[system.name]}", file=sys.stderr, flush=True)
+            row = report_size(n, [s for s in started if s.name not in here], times, args.runs)
+    finally:
+        for system in reversed(started):
+            try:
+                system.stop()
+            except Exception as exc:  # keep stopping the others
+                print(f"warning: stopping {system.name} failed: {exc}", file=sys.stderr)
+    for system in started:
+        hows[system.name] = system.how
+        startup += [(f"{system.name}, {n} ranks", what, seconds) for what, seconds in system.startup]
+    failed.update({f"{name}, {n} ranks": why for name, why in here.items()})
+    return row
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--world-sizes", nargs="+", default=["2", "4"], metavar="N",
+                   help="world sizes, each >= 2 (default: 2 4; '2,4' works too)")
+    p.add_argument("--runs", type=int, default=30, help="counted runs per cell kind (default 30)")
+    p.add_argument("--warmup", type=int, default=3, help="uncounted warm-up rounds (default 3)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds any one cell or start-up step may take "
+                   "(default 60; %%dist_init --spawn gets 120 s more)")
+    p.add_argument("--skip", default="", help=f"comma-separated systems not to measure: {', '.join(SKIPPABLE)}")
+    args = p.parse_args(argv)
+    try:
+        args.sizes = [int(s) for item in args.world_sizes for s in item.split(",") if s.strip()]
+    except ValueError:
+        p.error(f"--world-sizes takes integers, not {' '.join(args.world_sizes)!r}")
+    if not args.sizes or min(args.sizes) < 2:
+        p.error("--world-sizes needs sizes >= 2 (--spawn N makes one notebook and N-1 workers)")
+    args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    if args.skip - set(SKIPPABLE):
+        p.error(f"--skip knows {', '.join(SKIPPABLE)}, not {', '.join(sorted(args.skip - set(SKIPPABLE)))}")
+    if args.runs < 2 or args.warmup < 0 or args.timeout <= 0:
+        p.error("--runs must be >= 2, --warmup >= 0, --timeout > 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    began = time.perf_counter()
+    print(load_note("at start"), flush=True)
+    notes = []
+    ipp = "ipyparallel" not in args.skip
+    if not ipp:
+        notes.append("ipyparallel: skipped (--skip); no %%px figures, no ratio")
+    elif importlib.util.find_spec("ipyparallel") is None:
+        ipp = False
+        notes.append("ipyparallel: not installed, not measured (pip install ipyparallel); no ratio")
+    for line in notes:
+        print(line, flush=True)
+    failed: dict[str, str] = {}
+    startup: list[tuple[str, str, float]] = []
+    hows: dict[str, str] = {}
+    rows = []
+    for n in args.sizes:
+        row = run_size(n, args, ipp, failed, startup, hows)
+        if row is not None:
+            rows.append(row)
+    summary(rows)
+    print("\nstart-up (single runs, for scale only):")
+    for who, what, seconds in startup:
+        print(f"  {who:<24} {what:<52} {seconds:>6.1f} s")
+    print("\nhow each was driven:")
+    for name, how in hows.items():
+        print(f"  {name}: {how}")
+    print("\nversions: " + ", ".join(f"{d} {version(d)}" for d in
+                                     ("nbdist", "ipyparallel", "torch", "ipykernel", "jupyter_client", "pyzmq")))
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; this run took {time.perf_counter() - began:.0f} s")
+    print(load_note("at the end, this benchmark included", judge=False))
+    for line in notes:
+        print(line)
+    for name, why in failed.items():
+        print(f"{name}: FAILED, figures void: {why}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

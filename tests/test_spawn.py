@@ -1,0 +1,112 @@
+"""%dist_init --spawn N: one notebook, N-1 local worker kernels that follow it; no worker outlives it."""
+
+from __future__ import annotations
+
+import ast
+import os
+import signal
+import time
+
+import pytest
+
+from nbdist import kernels
+
+from .conftest import free_port, pid_gone, run_in_background, wait_gone
+
+PIDS = "sorted(get_ipython().magics_manager.registry['DistMagics'].session.workers.pids())"
+
+
+def spawn(kernel: kernels.Kernel, n: int, extra: str = "") -> list[int]:
+    r = kernel.execute(f"%dist_init --spawn {n} --master-port {free_port()} {extra}", timeout=180)
+    assert r.status == "ok", r.error
+    assert f"nbdist world · {n} rank(s)" in r.text() and "drives its workers" in r.text(), r.text()
+    pids = ast.literal_eval(kernel.execute("1", user_expressions={"p": PIDS}).expression("p"))
+    assert len(pids) == n - 1 and all(not pid_gone(p) for p in pids)
+    return pids
+
+
+@pytest.fixture
+def driver():
+    k = kernels.Kernel()
+    try:
+        assert k.execute("%load_ext nbdist", timeout=60).status == "ok"
+        yield k
+    finally:
+        k.shutdown()
+
+
+def test_spawn_4_runs_all_reduce_and_all_gather_and_unload_leaves_no_worker(driver):
+    pids = spawn(driver, 4)
+    r = driver.execute("%%collective\nt = torch.tensor([float(RANK)])\ndist.all_reduce(t)\n"
+                       "got = [torch.zeros(1) for _ in range(WORLD_SIZE)]\n"
+                       "dist.all_gather(got, torch.tensor([RANK * 10.0]))\n"
+                       "print(RANK, t.item(), [g.item() for g in got])\n", timeout=120)
+    assert r.status == "ok", r.error
+    text = r.text()
+    assert "4 ranks" in text, text
+    for rank in range(4):
+        assert f"{rank} 6.0 [0.0, 10.0, 20.0, 30.0]" in text, text
+    shown = driver.execute("%dist_workers", timeout=30).text()
+    for rank, pid in zip(range(1, 4), pids, strict=True):
+        assert f"rank {rank}" in shown and str(pid) in shown, shown
+    assert shown.count("joined, following") == 3, shown
+    assert driver.execute("%unload_ext nbdist", timeout=60).status == "ok"
+    wait_gone(pids, 15)
+
+
+def test_a_worker_killed_mid_cell_fails_the_cell_within_10_s_and_spawn_again_replaces_the_world(driver,
+                                                                                               record_fault):
+    pids = spawn(driver, 2)
+    # A training loop: computing, then a collective, again and again.
+    thread, box = run_in_background(driver, "%%collective\nimport time\nt = torch.ones(1)\nfor _ in range(1200):\n"
+                                            "    time.sleep(0.05)\n    dist.all_reduce(t)\n", timeout=120)
+    time.sleep(2.0)
+    killed = time.monotonic()
+    os.kill(pids[0], signal.SIGKILL)
+    thread.join(30)
+    assert not thread.is_alive()
+    took = box["t"] - killed
+    r = box["r"]
+    assert r.status == "error" and r.error["ename"] == "PeerLostError", r.error
+    assert "rank 1" in r.error["evalue"] and "gone" in r.error["evalue"], r.error
+    assert took < 10, took
+    record_fault("spawned worker killed mid-cell", took)
+    # --spawn again: a new world, new workers, the old one's ended.
+    new = spawn(driver, 2)
+    assert set(new).isdisjoint(pids)
+    r = driver.execute("%%collective\nt = torch.ones(1)\ndist.all_reduce(t)\nprint('n', t.item())", timeout=60)
+    assert r.status == "ok" and "n 2.0" in r.text(), r.error
+    # Restarting the driving kernel (as Jupyter does: ask, then kill) leaves no worker.
+    driver.manager.restart_kernel(now=False)
+    wait_gone(new, 15)
+
+
+def test_a_killed_driver_leaves_no_worker_and_a_busy_port_29500_gives_a_free_one(driver):
+    import socket
+
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        holder.bind(("127.0.0.1", 29500))
+        holder.listen(1)
+    except OSError:
+        holder.close()
+        holder = None  # something else holds it already: just as busy
+    try:
+        r = driver.execute("%dist_init --spawn 2", timeout=180)
+        assert r.status == "ok", r.error
+        assert "master port 295" in r.text() and "(--spawn: 29500 is busy, so a free port)" in r.text(), r.text()
+        assert "rendezvous 127.0.0.1:29500" not in r.text(), r.text()
+    finally:
+        if holder is not None:
+            holder.close()
+    pids = ast.literal_eval(driver.execute("1", user_expressions={"p": PIDS}).expression("p"))
+    os.kill(driver.manager.provisioner.pid, signal.SIGKILL)  # no atexit: ipykernel's parent poller ends them
+    wait_gone(pids, 15)
+
+
+def test_spawn_refuses_flags_it_decides_itself(driver):
+    r = driver.execute("%dist_init --spawn 2 --rank 1", timeout=30)
+    assert r.status == "error" and "leave out --rank" in r.error["evalue"], r.error
+    r = driver.execute("%dist_init --spawn 1", timeout=30)
+    assert r.status == "error" and "N >= 2" in r.error["evalue"], r.error
