@@ -18,6 +18,7 @@ from nbdist import demo, kernels
 
 from .conftest import ok, run_in_background
 
+SLOW = "%%collective\nimport time\nfor _ in range(600):\n    time.sleep(0.05)\n"  # 30 s; a stop ends it at once
 DRIVEN = "%%collective\nt = torch.tensor([float(RANK + 1)])\ndist.all_reduce(t)\nprint('sum', t.item())\n"
 
 
@@ -115,8 +116,7 @@ def test_a_follower_ends_when_the_driver_leaves_and_a_driver_cell_error_keeps_it
 def test_the_stop_button_in_the_driver_ends_every_ranks_cell_and_the_follower_follows_on(pair):
     (a, b), port = pair
     thread, box = follow_in(b, port, 1)
-    slow, sbox = run_in_background(a, "%%collective\nimport time\nfor _ in range(600):\n    time.sleep(0.05)\n",
-                                   timeout=90)
+    slow, sbox = run_in_background(a, SLOW, timeout=90)
     time.sleep(2.0)
     started = time.monotonic()
     a.interrupt()
@@ -135,8 +135,7 @@ def test_the_stop_button_in_the_driver_ends_every_ranks_cell_and_the_follower_fo
 def test_the_stop_button_in_a_follower_mid_cell_leaves_follow_mode_and_keeps_it_in_the_world(pair):
     (a, b), port = pair
     thread, box = follow_in(b, port, 1)
-    slow, sbox = run_in_background(a, "%%collective\nimport time\nfor _ in range(600):\n    time.sleep(0.05)\n",
-                                   timeout=90)
+    slow, sbox = run_in_background(a, SLOW, timeout=90)
     time.sleep(2.0)
     b.interrupt()
     slow.join(30)

@@ -16,13 +16,13 @@ import sys
 from pathlib import Path
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # this checkout's nbdist, installed or not
 sys.path.insert(0, str(HERE.parent / "two_notebooks"))
 
-from make_notebooks import _EXPECT, collective_source  # noqa: E402
+from make_notebooks import _EXPECT, collective_source, notebook_of  # noqa: E402
 
 from nbdist.demo import STEPS  # noqa: E402
 
@@ -71,13 +71,7 @@ def build() -> nbformat.NotebookNode:
         new_code_cell("%dist_barrier", id="barrier"),
         new_code_cell("%dist_destroy", id="destroy"),
     ]
-    nb = new_notebook(cells=cells, metadata={
-        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"},
-    })
-    nb.nbformat, nb.nbformat_minor = 4, 5
-    nbformat.validate(nb)
-    return nb
+    return notebook_of(cells)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -145,6 +145,11 @@ def build(rank: int) -> nbformat.NotebookNode:
         new_code_cell("%dist_barrier", id="barrier"),
         new_code_cell("%dist_destroy", id="destroy"),
     ]
+    return notebook_of(cells)
+
+
+def notebook_of(cells: list[nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    """A validated nbformat 4.5 notebook of ``cells`` for the python3 kernel (also examples/one_notebook's)."""
     nb = new_notebook(cells=cells, metadata={
         "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
