@@ -260,7 +260,9 @@ class TwoHosts:
     """Hosts ``a`` and ``b`` on a bridge; :meth:`close` removes every trace."""
 
     def __init__(self, net: str = "10.251") -> None:
-        self.run_id = secrets.token_hex(2)
+        # An id no namespace uses yet (a run killed before its cleanup leaves its namespaces behind).
+        self.run_id = next(i for i in (secrets.token_hex(2) for _ in range(100))
+                           if not any(Path(f"/run/netns/nbd{x}-{i}").exists() for x in "AB"))
         self.octet = _free_octet(int(self.run_id, 16), net)
         self.bridge = f"nbd{self.run_id}-br"
         self.bridge_addr = f"{net}.{self.octet}.1"
