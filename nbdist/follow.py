@@ -187,7 +187,7 @@ class Follower:
         last = world.client.add(world.key(SEQ), 0)
         if last == 0:
             return 1
-        cell = world.client.get_json_if(world.key(f"drive/{last}")) or {}
+        cell = _parsed(world.client.get_if(world.key(f"drive/{last}")) or "{}") or {}
         numbered = isinstance(cell.get("number"), int) and isinstance(cell.get("gen"), int)
         rank = cell.get("driver")
         driver = {"rank": rank, "session": world.ranks[rank].get("session")} if rank in range(world.world_size) else {}
@@ -207,7 +207,9 @@ class Follower:
         while text is None:  # None: woken by another client's read of the missing key (see World._wait_open)
             world.client.wait([key], UNBOUNDED, on_tick=self._tick)
             text = world.client.get_if(key)
-        cell = json.loads(text)
+        cell = _parsed(text)
+        if cell is None:
+            self._refuse({}, "it is not a message nbdist sends (not a JSON object)")
         claim = self._claim
         if (claim.get("rank"), claim.get("session")) != (cell.get("driver"), cell.get("session")):
             claim = self._claim = holder(world) or {}  # read again only when another notebook seems to send
@@ -249,6 +251,15 @@ class Follower:
         raise signing.SigningError(
             f"nbdist refused message #{self.seq} (sent as from rank {claimed}): {why}. Nothing of it ran; this "
             "notebook stopped following and stays in the world")
+
+
+def _parsed(text: str) -> dict[str, Any] | None:
+    """A message as stored, or None if it is not a JSON object (anyone can write into the store)."""
+    try:
+        cell = json.loads(text)
+    except ValueError:
+        return None
+    return cell if isinstance(cell, dict) else None
 
 
 # Errors after which this world cannot go on as it was: the follower stops following.

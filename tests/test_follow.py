@@ -233,3 +233,8 @@ def test_forged_replayed_and_earlier_round_cells_are_refused_and_do_not_run(pair
     why = _refused(thread, box)
     assert f"signed for world round {r0}" in why and f"this world is round {r1}" in why, why
     assert open(path + ".1").read() == "x"
+
+    # 4. Not even a message: refused as such, not a traceback.
+    thread, box = follow_in(b, port, 1)
+    store.set(f"nbdist/r/{r1}/drive/{store.add(f'nbdist/r/{r1}/drive/seq', 0) + 1}", "import os")
+    assert "not a message nbdist sends" in _refused(thread, box)
