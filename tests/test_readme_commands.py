@@ -1077,7 +1077,9 @@ def test_the_tours_training_cell_shows_its_table_live_then_the_final_one(world):
         assert r.status == "ok", f"README.md:{cell.line}: rank {rank}: {r.error}"
         assert any("state: running" in t for t in r.updates()), f"rank {rank}: no live table: {r.updates()}"
         final = r.text()
-        assert final.count(f"{steps[1]}/{steps[1]}") == 2 and "state:" not in final, final  # one bar per rank
+        # One bar per rank; ranks in lockstep can finish at the same rate, and identical rows are shown once.
+        bars = 1 if "all 2 ranks (identical)" in final else 2
+        assert final.count(f"{steps[1]}/{steps[1]}") == bars and "state:" not in final, final
         assert len(final.splitlines()) < 15, final
 
 
