@@ -210,8 +210,24 @@ def run_cell(shell: Any, source: str, log: OutputLog | None = None) -> dict[str,
     stdout.target, stderr.target = StreamWriter(log, "stdout"), StreamWriter(log, "stderr")
     shell.display_pub = _publisher(shell, log)
     result: dict[str, str] | None = None
-    error = None
     start = time.perf_counter()
+    wall = 0.0
+    try:
+        error, result, wall = _run_body(shell, source, log, stdout, stderr, saved, start)
+    except BaseException as late:  # noqa: BLE001
+        # A stop (--max-time, a stop of every rank) signalled while the body was ending lands here, in
+        # nbdist's own bookkeeping: it is the body's error, so this rank still reaches the cell's end.
+        stdout.target, stderr.target, shell.display_pub = None, None, saved
+        wall = wall or time.perf_counter() - start
+        error = _format_error(late, skip=0)
+        error["interrupted"] = isinstance(late, KeyboardInterrupt) and not isinstance(late, StopRequest)
+    return {"outputs": [_drop_empty(o) for o in log.snapshot()], "result": result, "error": error, "wall": wall}
+
+
+def _run_body(shell: Any, source: str, log: OutputLog, stdout: Any, stderr: Any, saved: Any,
+              start: float) -> tuple[dict[str, Any] | None, dict[str, str] | None, float]:
+    result: dict[str, str] | None = None
+    error = None
     try:
         # A blank first line stands for the %%collective line, so line numbers are the notebook cell's own.
         transformed = "\n" + _transformed(shell.transform_cell, source)
@@ -231,7 +247,7 @@ def run_cell(shell: Any, source: str, log: OutputLog | None = None) -> dict[str,
             _flush_figures()  # what the inline backend would draw after the cell belongs in this rank's column
         finally:
             stdout.target, stderr.target, shell.display_pub = None, None, saved
-    return {"outputs": [_drop_empty(o) for o in log.snapshot()], "result": result, "error": error, "wall": wall}
+    return error, result, wall
 
 
 def _drop_empty(output: dict[str, Any]) -> dict[str, Any]:

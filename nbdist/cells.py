@@ -210,6 +210,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
             cap = capture.run_cell(shell, source, output)
         finally:
             if stopper is not None:
+                stopper.pause()  # the body is over: from here on a stop must not land in this cell's bookkeeping
                 stopper.disarm()
             activate(None)
     live.finish(cap)

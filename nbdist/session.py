@@ -471,7 +471,7 @@ class Session:
         --timeout.
         """
         self.plain.end()
-        self.stopper.disarm()
+        self.stopper.reset()  # not disarm(): an arm whose disarm a stop cut short must not outlive the cell
         if self.guard is not None:
             self.guard.running = False
         raw = getattr(getattr(result, "info", None), "raw_cell", "") or ""

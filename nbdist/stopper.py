@@ -10,14 +10,30 @@ first; the handler then raises as soon as Python runs again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 SIGNAL = signal.SIGUSR2
+
+
+@contextlib.contextmanager
+def _held_off() -> Iterator[None]:
+    """Hold the signal back on the main thread: its handler takes the lock this thread may hold (a deadlock)."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = mask(signal.SIG_BLOCK, {SIGNAL})
+    try:
+        yield
+    finally:
+        mask(signal.SIG_SETMASK, previous)  # a signal held back arrives now; disarmed, it raises nothing
 
 
 class Stopper:
@@ -26,6 +42,7 @@ class Stopper:
     def __init__(self) -> None:
         self._pending: BaseException | None = None
         self._armed = 0
+        self._paused = False
         self._old: Any = None
         self._installed = False
         self.lock = threading.Lock()
@@ -48,19 +65,35 @@ class Stopper:
         return self._armed > 0
 
     def arm(self) -> None:
-        with self.lock:
+        with _held_off(), self.lock:
             self._armed += 1
+            self._paused = False
 
     def disarm(self) -> None:
-        with self.lock:
+        with _held_off(), self.lock:
             self._armed = max(0, self._armed - 1)
             if not self._armed:
-                self._pending = None
+                self._pending, self._paused = None, False
+
+    def reset(self) -> None:
+        """The user's cell ended (IPython's post_run_cell): nothing is armed, whatever ended the cell early."""
+        with _held_off(), self.lock:
+            self._armed, self._pending, self._paused = 0, None, False
+
+    def pause(self) -> None:
+        """A %%collective body ended: nothing raises until the next arm, while nbdist's own code ends the cell.
+
+        The cell stays armed for the stop of a plain cell (IPython's cell events arm it), so a stop that a
+        watcher sends as the body ends would otherwise land in the cell's bookkeeping and cut this rank
+        out of the cell's end, which the others then wait for.
+        """
+        with _held_off(), self.lock:
+            self._pending, self._paused = None, True
 
     def stop(self, exc: BaseException) -> bool:
         """Raise ``exc`` in the main thread, if a cell is running there; True if it was sent."""
         with self.lock:
-            if not self._installed or not self._armed or self._pending is not None:
+            if not self._installed or not self._armed or self._paused or self._pending is not None:
                 return False
             self._pending = exc
         signal.pthread_kill(threading.main_thread().ident, SIGNAL)  # type: ignore[arg-type]
@@ -69,7 +102,7 @@ class Stopper:
     def _handle(self, signum: int, frame: Any) -> None:
         with self.lock:
             exc, self._pending = self._pending, None
-            armed = self._armed > 0
+            armed = self._armed > 0 and not self._paused
         if exc is not None and armed:
             raise exc
         log.debug("nbdist: a stop signal arrived with no cell to stop")

@@ -35,7 +35,7 @@ def driver():
         k.shutdown()
 
 
-def test_spawn_4_runs_all_reduce_and_all_gather_and_unload_leaves_no_worker(driver):
+def test_spawn_4_runs_collectives_survives_max_time_and_unload_leaves_no_worker(driver):
     pids = spawn(driver, 4)
     r = driver.execute("%%collective\nt = torch.tensor([float(RANK)])\ndist.all_reduce(t)\n"
                        "got = [torch.zeros(1) for _ in range(WORLD_SIZE)]\n"
@@ -46,6 +46,15 @@ def test_spawn_4_runs_all_reduce_and_all_gather_and_unload_leaves_no_worker(driv
     assert "4 ranks" in text, text
     for rank in range(4):
         assert f"{rank} 6.0 [0.0, 10.0, 20.0, 30.0]" in text, text
+    # --max-time ends a loop of collectives on every rank, again and again, and the next cell works each time:
+    # the stop the watchers send as the bodies end must not land in nbdist's own end of the cell (it did, and
+    # left the driver in the old process group while its workers rebuilt a new one: the next cell hung).
+    loop = "%%collective --max-time 1\nt = torch.ones(1)\nwhile True:\n    dist.all_reduce(t)\n"
+    for attempt in range(4):
+        r = driver.execute(loop, timeout=60)
+        assert r.status == "error" and r.error["ename"] in ("MaxTimeError", "PeerFailedError"), (attempt, r.error)
+        r = driver.execute("%%collective\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()", timeout=60)
+        assert r.status == "ok" and "Out: 4.0" in r.text(), (attempt, r.error, r.text())
     shown = driver.execute("%dist_workers", timeout=30).text()
     for rank, pid in zip(range(1, 4), pids, strict=True):
         assert f"rank {rank}" in shown and str(pid) in shown, shown
