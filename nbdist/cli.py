@@ -1,4 +1,4 @@
-"""The ``nbdist`` command: ``demo``, ``serve``, ``env``, ``doctor`` and ``stop``."""
+"""The ``nbdist`` command: ``demo``, ``run``, ``serve``, ``env``, ``doctor`` and ``stop``."""
 
 from __future__ import annotations
 
@@ -37,6 +37,13 @@ def _demo(args: argparse.Namespace) -> int:
         print("nbdist demo: --world-size must be at least 1", file=sys.stderr)
         return 2
     return run(args.world_size, args.port)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .runner import run
+
+    return run(args.notebooks, world_size=args.world_size, out=args.out, timeout=args.timeout,
+               params=args.param or [], master_port=args.master_port, spawn=args.spawn)
 
 
 def _world_flags(parser: argparse.ArgumentParser) -> None:
@@ -116,6 +123,28 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--world-size", type=int, default=2, help="number of notebooks (default 2)")
     demo.add_argument("--port", type=int, default=None, help="rendezvous port (default 29500, or a free one)")
     demo.set_defaults(func=_demo)
+    run = sub.add_parser(
+        "run", help="execute notebooks headless as the ranks of one world (nbclient, one kernel per rank)",
+        description="Execute notebooks headless, all ranks at once, one kernel each: notebook i is rank i, or one "
+                    "notebook runs as --world-size copies. Each copy gets a cell tagged injected-parameters "
+                    "(after the cell tagged parameters, else first) setting RANK, WORLD_SIZE, MASTER_ADDR "
+                    "(127.0.0.1), MASTER_PORT and the --param values; %%dist_init prefers these to the "
+                    "notebook's own. A failed cell (one not tagged raises-exception) stops every rank. Writes "
+                    "OUT/NAME.rankK.ipynb, also after a failure. Exits 0, 1 if a rank failed, 2 for bad "
+                    "arguments, 130 on Ctrl-C.")
+    run.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help="a notebook that joins with %%%%dist_init")
+    run.add_argument("--world-size", type=int, default=None, metavar="N",
+                     help="ranks (default: the number of notebooks; one notebook runs N copies)")
+    run.add_argument("--out", default="nbdist-run", metavar="DIR", help="folder for the executed notebooks "
+                     "(default ./nbdist-run)")
+    run.add_argument("--timeout", type=int, default=600, metavar="S", help="seconds each cell may run (default 600)")
+    run.add_argument("--param", action="append", metavar="KEY=VALUE",
+                     help="a parameter for every rank (repeatable): VALUE a Python literal, else a string")
+    run.add_argument("--master-port", type=int, default=None, metavar="P", help="rendezvous port (default: a free one)")
+    run.add_argument("--spawn", action="store_true",
+                     help="run one copy only, as rank 0, with SPAWN = N (N = --world-size, at least 2): its "
+                          "%%%%dist_init starts the other ranks as local worker kernels")
+    run.set_defaults(func=_run)
     serve = sub.add_parser("serve", help="run a standalone rendezvous server")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")

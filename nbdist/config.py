@@ -1,13 +1,16 @@
 """Defaults in one place, and the resolution of a world's configuration.
 
-A value comes from, in order: a magic flag, a variable of the same name in the
-notebook's namespace (the walkthrough's "configuration area"), then the
-environment variable of that name.
+A value comes from, in order: a magic flag, the values ``nbdist run`` gives the
+copy it runs (``NBDIST_RUN``, a JSON object: they beat the notebook's own
+configuration area, so that a notebook written for port 29500 runs on a free
+one in CI), a variable of the same name in the notebook's namespace (the
+walkthrough's "configuration area"), then the environment variable of that name.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import socket
 from collections.abc import Mapping
@@ -69,6 +72,25 @@ def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {key: environ[var] for key, var in _SOURCES.items() if environ.get(var, "") != ""}
 
 
+RUN_VARIABLE = "NBDIST_RUN"  # set by ``nbdist run`` in the kernels it starts
+RUN_SETTINGS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def run_settings(environ: Mapping[str, str] | None = None) -> dict[str, object]:
+    """What ``nbdist run`` decided for this copy of a notebook (rank, world size, master): empty outside it."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(RUN_VARIABLE, "")
+    if not raw:
+        return {}
+    try:
+        values = json.loads(raw)
+    except ValueError:
+        raise ConfigError(f"{RUN_VARIABLE} is not JSON: {raw[:80]!r}") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{RUN_VARIABLE} must be a JSON object, not {raw[:80]!r}")
+    return {key: values[key] for key in RUN_SETTINGS if values.get(key) is not None}
+
+
 def resolve(
     flags: Mapping[str, object],
     namespace: Mapping[str, object],
@@ -76,11 +98,14 @@ def resolve(
 ) -> WorldConfig:
     """Merge flags, notebook variables and environment into a validated config."""
     envs = env_settings(environ)
+    runner = run_settings(environ)
     merged: dict[str, object] = {}
     sources: dict[str, str] = {}
     for key, var in _SOURCES.items():
         if flags.get(key) is not None:
             merged[key], sources[key] = flags[key], f"--{key.replace('_', '-')}"
+        elif var in runner:
+            merged[key], sources[key] = runner[var], "nbdist run"
         elif namespace.get(var) is not None:
             merged[key], sources[key] = namespace[var], f"{var} in the notebook"
         elif key in envs:

@@ -67,10 +67,15 @@ class DistMagics(Magics):
         each joins and runs %dist_follow, so every %%collective here runs on
         all N ranks. The workers stop with the world (%dist_destroy, unloading
         nbdist, this kernel's exit or restart); %dist_workers shows them.
+        ``SPAWN = N`` in the body or the namespace (``nbdist run --spawn``
+        sets it) does the same where --spawn is absent; 0 or None: no spawn
+        (nor in a copy that ``nbdist run`` runs as one rank of several).
         """
         args = parse_argstring(self.dist_init, line)
         if cell and cell.strip():
             self.shell.run_cell(cell, store_history=False).raise_error()
+        if args.spawn is None:
+            args.spawn = spawn.from_namespace(self.shell.user_ns, self.session.environ_for_config())
         if args.spawn is not None:
             self._spawn(args)
             return

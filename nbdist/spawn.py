@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import envplan, netinfo
-from .config import DEFAULT_PORT, ConfigError
+from .config import DEFAULT_PORT, RUN_VARIABLE, ConfigError
 
 MASTER = "127.0.0.1"
 FALLBACK_PORTS = (*range(DEFAULT_PORT + 1, DEFAULT_PORT + 100), *range(20000, 20100))
@@ -31,6 +31,18 @@ def free_port() -> tuple[int, str]:
     if port is None:
         raise ConfigError("no free TCP port on 127.0.0.1 for the world: pass --master-port")
     return port, f" (port {DEFAULT_PORT} is busy: using {port})"
+
+
+def from_namespace(namespace: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+    """``SPAWN = N`` in the notebook (a course notebook's parameters) as ``--spawn N``; 0, None or False: none.
+
+    Not in a copy that ``nbdist run`` started as one rank of several (``NBDIST_RUN``): the runner chose its rank."""
+    if environ.get(RUN_VARIABLE):
+        return None
+    value = namespace.get("SPAWN")
+    if value is None or value is False or value == 0 or value == "":
+        return None
+    return str(value)
 
 
 def plan(args: Any, environ: Mapping[str, str]) -> Plan:

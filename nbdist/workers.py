@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .config import RUN_VARIABLE
 from .errors import WorkerError
 
 LOG_LINES = 200  # lines of each worker's output kept for %dist_workers
@@ -120,7 +121,7 @@ class Workers:
         w.manager = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(w.folder, "k"))
         w.manager.shutdown_wait_time = SHUTDOWN_WAIT
         env = {**os.environ, "NBDIST_TOKEN": self.token, "NBDIST_WORKER": "1"}
-        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DEVICE_ID"):
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DEVICE_ID", RUN_VARIABLE):
             env.pop(key, None)  # this notebook's own rank settings are not the worker's
         with open(os.path.join(w.folder, "kernel.log"), "w") as log:
             w.manager.start_kernel(env=env, stdout=log, stderr=subprocess.STDOUT)

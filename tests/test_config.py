@@ -44,3 +44,22 @@ def test_invalid_values_name_the_flag_to_fix(flags, message):
 def test_loopback_is_local_and_a_documentation_address_is_not():
     assert is_local_address("127.0.0.1")
     assert not is_local_address("203.0.113.1")  # TEST-NET-3: documentation only
+
+
+def test_nbdist_runs_values_beat_the_notebooks_own_but_not_a_flag():
+    from nbdist.config import RUN_VARIABLE, resolve
+
+    environ = {RUN_VARIABLE: '{"RANK": 1, "WORLD_SIZE": 2, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": 41000}'}
+    namespace = {"RANK": 0, "WORLD_SIZE": 2, "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": 29500}
+    cfg = resolve({"master_port": 42000}, namespace, environ)
+    assert (cfg.rank, cfg.master_addr, cfg.master_port) == (1, "127.0.0.1", 42000)
+    assert cfg.sources["rank"] == "nbdist run" and cfg.sources["master_port"] == "--master-port"
+
+
+def test_a_garbled_nbdist_run_variable_is_a_config_error_naming_it():
+    from nbdist.config import RUN_VARIABLE, resolve
+    from nbdist.errors import ConfigError
+
+    for raw in ("{not json", "[1, 2]"):
+        with pytest.raises(ConfigError, match=RUN_VARIABLE):
+            resolve({}, {"RANK": 0, "WORLD_SIZE": 1, "MASTER_ADDR": "127.0.0.1"}, {RUN_VARIABLE: raw})
