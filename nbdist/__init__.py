@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "get_device", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = ["__version__", "get_device", "load_ipython_extension", "picture", "show", "unload_ipython_extension"]
 
 
 def load_ipython_extension(ipython) -> None:
@@ -29,3 +29,17 @@ def get_device():
     from .magics import current_device
 
     return current_device()
+
+
+def picture(tensor, label=None, owner=None, *, world_size=None):
+    """A picture of ``tensor``, each value coloured by its owning rank (see :mod:`nbdist.pictures`)."""
+    from .pictures import picture as draw
+
+    return draw(tensor, label, owner, world_size=world_size)
+
+
+def show(tensor, label=None, owner=None, *, world_size=None) -> None:
+    """Display :func:`picture` of ``tensor`` (returns None, so it draws once as a cell's last line)."""
+    from .pictures import show
+
+    show(tensor, label, owner, world_size=world_size)

@@ -144,6 +144,13 @@ def _kept(data: dict[str, Any]) -> dict[str, str]:
 
 
 def _format_value(shell: Any, value: Any) -> dict[str, str]:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        from .pictures import picture  # a tensor as the cell's value is drawn as nbdist.show draws it
+
+        data = picture(value)._repr_mimebundle_()
+        data["text/plain"] = repr(value)  # the Out row's text form stays torch's own
+        return _kept(data)
     data, _ = shell.display_formatter.format(value)
     return _kept(data)
 
