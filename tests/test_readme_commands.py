@@ -94,8 +94,8 @@ SKIP = {
     r"pip install -e (?:\.|'\.\[test\]')": _SET_UP + "; the extra is checked to exist",
     r"python -m pytest": "the suite itself: .ci/run runs it, and run from inside itself it would recurse",
     r"%dist_init --spawn (?:\d+|N)": "starts worker kernels: tests/test_spawn.py::"
-                                      "test_spawn_4_runs_all_reduce_and_all_gather_and_unload_leaves_no_worker runs "
-                                      "--spawn 4, and tests/test_examples.py the one-notebook walkthrough",
+                                      "test_spawn_4_runs_collectives_survives_max_time_and_unload_leaves_no_worker "
+                                      "runs --spawn 4, and tests/test_examples.py the one-notebook walkthrough",
     r"%dist_follow": "follows the world this module shares until released: tests/test_follow.py::"
                      "test_the_walkthrough_driven_from_rank_0_runs_on_its_follower_and_release_returns_it_to_lockstep "
                      "runs it",
@@ -103,7 +103,7 @@ SKIP = {
                       "test_the_walkthrough_driven_from_rank_0_runs_on_its_follower_and_release_returns_it_to_lockstep "
                       "runs it",
     r"%dist_workers": "needs spawned workers: tests/test_spawn.py::"
-                      "test_spawn_4_runs_all_reduce_and_all_gather_and_unload_leaves_no_worker runs it",
+                      "test_spawn_4_runs_collectives_survives_max_time_and_unload_leaves_no_worker runs it",
     r"python benchmarks/driven_cells\.py(?: .*)?": "a benchmark of minutes, with ipyparallel beside nbdist; the "
                                                   "script and its flags are checked",
     r"nbdist demo": "one kernel, a worker and the whole walkthrough, about a minute: "
@@ -124,6 +124,11 @@ SKIP = {
                             "test_nbdist_stop_in_a_terminal_ends_every_ranks_cell_within_2s runs it",
     r"python examples/what_you_see/make_screenshots\.py": "needs Chromium, Playwright and JupyterLab (the lab "
                                                           "extra); it took the committed PNGs",
+    r"python examples/course/make_screenshot\.py": "needs Chromium, Playwright and JupyterLab (the lab extra); it "
+                                                   "took examples/course/all_gather.png",
+    r"nbdist run(?: .*)?": "runs notebooks for minutes: tests/test_run.py runs it on small notebooks, and .ci/run "
+                           "runs every example notebook through it (examples/run_examples.sh)",
+    r"python -m nbdist": "the nbdist command under another name: tests/test_run.py runs it",
     r"%dist_destroy": "ends the world this module shares: tests/test_readme_claims.py::"
                       "test_dist_destroy_on_rank_0_keeps_its_server_running_for_the_others runs it",
     r"%(?:unload_ext|reload_ext)(?: nbdist)?": "tears nbdist down in the world this module shares: "

@@ -1,0 +1,50 @@
+"""Write the course's notebooks, one per lesson of lessons.py, into examples/course/.
+
+    python examples/course/make_course.py [--out DIR]
+
+tests/test_course.py checks that the committed notebooks are this script's output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "two_notebooks"))
+
+from lessons import LESSONS, TAIL, Lesson, head  # noqa: E402
+from make_notebooks import notebook_of  # noqa: E402
+
+
+def build(lesson: Lesson) -> nbformat.NotebookNode:
+    """The notebook of one lesson; cell ids are fixed so that the output is reproducible."""
+    cells = [new_markdown_cell(f"# {lesson.title}\n\n{lesson.intro}", id="intro")]
+    for cell in [*head(lesson.name), *lesson.cells, *TAIL]:
+        if cell.kind == "markdown":
+            cells.append(new_markdown_cell(cell.source, id=cell.id))
+        else:
+            metadata = {"tags": cell.tags} if cell.tags else {}
+            cells.append(new_code_cell(cell.source, id=cell.id, metadata=metadata))
+    return notebook_of(cells)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--out", type=Path, default=HERE, help="folder to write into (default: next to this script)")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for lesson in LESSONS:
+        path = args.out / f"{lesson.name}.ipynb"
+        path.write_text(nbformat.writes(build(lesson), version=4), encoding="utf-8", newline="\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""The course (examples/course/): the generator's output, cells that run both ways, and one lesson run for real.
+
+CI runs every lesson through ``nbdist run`` on 2 and 4 ranks, as per-rank notebooks and with
+``--spawn`` (examples/run_examples.sh); here one lesson runs in one kernel that drives a worker.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+COURSE = Path(__file__).resolve().parents[1] / "examples" / "course"
+LESSONS = sorted(COURSE.glob("*.ipynb"))
+
+
+def test_the_course_has_a_notebook_per_topic_and_they_are_the_generators_output(tmp_path: Path) -> None:
+    assert [p.name for p in LESSONS] == ["1_point_to_point.ipynb", "2_collectives.ipynb", "3_ddp.ipynb",
+                                         "4_debugging.ipynb"]
+    subprocess.run([sys.executable, str(COURSE / "make_course.py"), "--out", str(tmp_path)],
+                   check=True, capture_output=True, text=True)
+    for committed in LESSONS:
+        assert (tmp_path / committed.name).read_text(encoding="utf-8") == committed.read_text(encoding="utf-8"), (
+            f"{committed.name} is stale: run python examples/course/make_course.py"
+        )
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_every_rank_cell_is_a_collective_so_a_lesson_runs_per_rank_and_driven(path: Path) -> None:
+    """Workers of a driving notebook run only %%collective cells (and %dist_barrier): a plain cell would run on
+    rank 0 alone. The parameters cell is tagged for nbdist run and papermill."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert not any(c.get("outputs") for c in code)
+    ids = [c.id for c in code]
+    assert ids[:4] == ["load-ext", "parameters", "dist-init", "setup"] and ids[-2:] == ["barrier", "destroy"]
+    assert code[1].metadata.get("tags") == ["parameters"]
+    for cell in code[3:-2]:
+        assert cell.source.startswith("%%collective"), (path.name, cell.id)
+    checks = [c for c in code if c.id.endswith("-check") or c.id.startswith("after-")]
+    assert checks and all("assert " in c.source for c in checks), path.name
+    failing = [c.id for c in code if "raises-exception" in c.metadata.get("tags", [])]
+    assert bool(failing) == (path.stem == "4_debugging"), failing
+
+
+def test_every_primitive_of_the_collectives_lesson_draws_before_and_after_and_checks() -> None:
+    nb = nbformat.read(COURSE / "2_collectives.ipynb", as_version=4)
+    sources = {c.id: c.source for c in nb.cells if c.cell_type == "code"}
+    for primitive in ("broadcast", "reduce", "all-reduce", "gather", "scatter", "all-gather", "reduce-scatter",
+                      "all-to-all"):
+        body = sources[primitive]
+        assert body.count("nbdist.show(") >= 2, primitive
+        assert f"{primitive}-check" in sources, primitive
+    for op in ("SUM", "PRODUCT", "MIN", "MAX", "AVG", "BAND", "BOR", "BXOR"):
+        assert f'"{op}"' in sources["all-reduce"], op
+    assert "dist.barrier()" in sources["barrier-demo"]
+
+
+def _outputs_text(cell: nbformat.NotebookNode) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        parts.append(out.get("text") or out.get("data", {}).get("text/plain", "") or out.get("evalue", ""))
+    return "\n".join(parts)
+
+
+@pytest.mark.timeout(240)
+def test_the_collectives_lesson_runs_driven_from_one_kernel_with_pictures_in_every_column(tmp_path: Path) -> None:
+    nb = nbformat.read(COURSE / "2_collectives.ipynb", as_version=4)
+    from .conftest import free_port
+
+    (init,) = [c for c in nb.cells if c.id == "dist-init"]
+    init.source = f"%%dist_init --master-port {free_port()}"
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    cells = {c.id: c for c in nb.cells if c.cell_type == "code"}
+    assert "this notebook drives its workers" in _outputs_text(cells["dist-init"])
+    for check in [k for k in cells if k.endswith("-check")]:
+        assert "ok" in _outputs_text(cells[check]), (check, _outputs_text(cells[check]))
+    gathered = cells["all-gather"]
+    html = "".join(o.get("data", {}).get("text/html", "") for o in gathered.outputs)
+    # Every rank's "before" in its own column, coloured by its rank; "after" identical, shown once.
+    assert html.count('title="rank 0"') >= 2 and html.count('title="rank 1"') >= 2, html[:2000]
+    assert "identical on all 2 ranks" in html
+    assert "skipped" not in _outputs_text(cells["all-reduce"])  # gloo on torch 2.13 has every ReduceOp asked for
