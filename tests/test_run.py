@@ -81,7 +81,7 @@ def test_one_notebook_runs_as_world_size_ranks_with_parameters_injected_after_th
         pids.append(pid_of(done))
         assert re.search(rf"^rank {rank} · course\.ipynb · cell 8/10 ok \(\d+\.\d s\)$", r.stdout, re.M)
         assert f"rank {rank} · course.ipynb · cell 7/10 error allowed (raises-exception): ZeroDivisionError" in r.stdout
-        assert re.search(rf"^  rank {rank} · course\.ipynb · 9 cell\(s\) run · \d+\.\d s · ok$", r.stdout, re.M)
+        assert re.search(rf"^  rank {rank} · course\.ipynb · 9 code cell\(s\) run · \d+\.\d s · ok$", r.stdout, re.M)
     assert "nbdist run: summary" in r.stdout
     assert f"executed notebooks in {out}: course.rank0.ipynb, course.rank1.ipynb" in r.stdout
     wait_gone(pids, within=10)
@@ -125,7 +125,8 @@ def test_a_rank_that_fails_stops_the_others_and_the_message_names_rank_cell_and_
     assert took < 20, f"the run took {took:.1f} s to end after rank 1 failed (nbdist's barrier waits 300 s)"
     assert re.search(r"^nbdist run: rank 1 \(fail\.ipynb\) failed: cell 6 \(id [\w-]+, `if RANK == 1:`\): "
                      r"ValueError: boom$", output, re.M), output
-    assert re.search(r"^  rank 0 · fail\.ipynb · \d+ cell\(s\) run · \d+\.\d s · stopped: rank 1 failed$", output, re.M)
+    summary = r"^  rank 0 · fail\.ipynb · \d+ code cell\(s\) run · \d+\.\d s · stopped: rank 1 failed$"
+    assert re.search(summary, output, re.M)
     assert "ValueError: boom" in text(executed(tmp_path / "out", "fail", 1).cells[5])  # written up to the failure
     wait_gone([pid_of(executed(tmp_path / "out", "fail", rank)) for rank in (0, 1)], within=10)
 
@@ -148,7 +149,8 @@ def test_ctrl_c_stops_every_rank_writes_the_notebooks_and_exits_130(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 130, stdout
-    assert re.search(r"^  rank 0 · slow\.ipynb · 3 cell\(s\) run · \d+\.\d s · stopped: interrupted$", stdout, re.M)
+    summary = r"^  rank 0 · slow\.ipynb · 3 code cell\(s\) run · \d+\.\d s · stopped: interrupted$"
+    assert re.search(summary, stdout, re.M)
     wait_gone([pid_of(executed(tmp_path / "out", "slow", rank)) for rank in (0, 1)], within=10)
 
 

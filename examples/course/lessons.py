@@ -512,6 +512,14 @@ assert len(set(weights)) == 1, weights
 ])
 
 
+# After each deliberate failure: the next cell works on every rank.
+STILL_WORKS = """\
+%%collective
+t = torch.ones(1, device=DEVICE)
+dist.all_reduce(t)
+assert t.item() == WORLD_SIZE
+"the world still works" """
+
 DEBUGGING = Lesson("4_debugging", "Debugging: what goes wrong, and what nbdist shows", """\
 By hand, a mistake in one rank's cell usually hangs every other rank without a word. This lesson makes
 four such mistakes on purpose and shows what nbdist says instead, in every notebook. The failing cells
@@ -528,12 +536,7 @@ rank's shape; nothing is sent."""),
 %%collective
 t = torch.zeros(2 + RANK, device=DEVICE)
 dist.all_reduce(t)""", "raises-exception"),
-    code("after-mismatch", """\
-%%collective
-t = torch.ones(1, device=DEVICE)
-dist.all_reduce(t)
-assert t.item() == WORLD_SIZE
-"the world still works" """),
+    code("after-mismatch", STILL_WORKS),
     md("raises-intro", """\
 ## A rank that raises
 
@@ -546,12 +549,7 @@ t = torch.ones(1, device=DEVICE)
 if RANK == 1:
     raise ValueError("rank 1 found a bad batch")
 dist.all_reduce(t)""", "raises-exception"),
-    code("after-raises", """\
-%%collective
-t = torch.ones(1, device=DEVICE)
-dist.all_reduce(t)
-assert t.item() == WORLD_SIZE
-"the world still works" """),
+    code("after-raises", STILL_WORKS),
     md("never-intro", """\
 ## A rank that never arrives
 
@@ -564,12 +562,7 @@ after 0 collectives, while rank 0 issued #1 (all_reduce)."""),
 t = torch.ones(1, device=DEVICE)
 if RANK == 0:
     dist.all_reduce(t)""", "raises-exception"),
-    code("after-never", """\
-%%collective
-t = torch.ones(1, device=DEVICE)
-dist.all_reduce(t)
-assert t.item() == WORLD_SIZE
-"the world still works" """),
+    code("after-never", STILL_WORKS),
     md("stop-intro", """\
 ## The stop button
 
@@ -582,12 +575,7 @@ runs headless. **Expect:** `MaxTimeError` on every rank after about 3 seconds.""
 t = torch.ones(1, device=DEVICE)
 while True:
     dist.all_reduce(t)""", "raises-exception"),
-    code("after-stop", """\
-%%collective
-t = torch.ones(1, device=DEVICE)
-dist.all_reduce(t)
-assert t.item() == WORLD_SIZE
-"the world still works" """),
+    code("after-stop", STILL_WORKS),
 ])
 
 

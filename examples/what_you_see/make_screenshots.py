@@ -10,13 +10,16 @@ Needs the lab extra (`pip install -e '.[lab]'`), Playwright's Python package and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbclient import NotebookClient
@@ -96,7 +99,9 @@ def _settings(folder: Path, theme: str) -> Path:
     return folder / "settings"
 
 
-def screenshot(folder: Path, out: Path, chromium: str, theme: str = "light") -> None:
+@contextlib.contextmanager
+def lab_page(folder: Path, notebook: str, chromium: str, theme: str) -> Iterator[Any]:
+    """JupyterLab on loopback with ``folder`` as its root, and a headless Chromium page showing ``notebook``."""
     from playwright.sync_api import sync_playwright
 
     port = _free_port()
@@ -114,26 +119,31 @@ def screenshot(folder: Path, out: Path, chromium: str, theme: str = "light") -> 
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    page.goto(f"http://127.0.0.1:{port}/lab/tree/rank0.ipynb", timeout=10_000)
+                    page.goto(f"http://127.0.0.1:{port}/lab/tree/{notebook}", timeout=10_000)
                     break
                 except Exception:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(1)
-            tables = page.locator(".jp-OutputArea-output .nbdist")
-            tables.first.wait_for(timeout=60_000)
+            page.locator(".jp-OutputArea-output .nbdist").first.wait_for(timeout=60_000)
             page.wait_for_timeout(1500)
-            for i, name in enumerate(CELLS, 1):  # the cells' tables are %%collective #1, #2...
-                table = tables.filter(has_text=f"%%collective #{i} ·").first
-                table.scroll_into_view_if_needed()
-                page.wait_for_timeout(500)
-                path = out / (f"{name}.png" if theme == "light" else f"{name}-{theme}.png")
-                table.screenshot(path=str(path))
-                print(f"wrote {path}")
+            yield page
             browser.close()
     finally:
         lab.terminate()
         lab.wait(timeout=20)
+
+
+def screenshot(folder: Path, out: Path, chromium: str, theme: str = "light") -> None:
+    with lab_page(folder, "rank0.ipynb", chromium, theme) as page:
+        tables = page.locator(".jp-OutputArea-output .nbdist")
+        for i, name in enumerate(CELLS, 1):  # the cells' tables are %%collective #1, #2...
+            table = tables.filter(has_text=f"%%collective #{i} ·").first
+            table.scroll_into_view_if_needed()
+            page.wait_for_timeout(500)
+            path = out / (f"{name}.png" if theme == "light" else f"{name}-{theme}.png")
+            table.screenshot(path=str(path))
+            print(f"wrote {path}")
 
 
 def main() -> None:
