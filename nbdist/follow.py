@@ -187,7 +187,10 @@ class Follower:
         last = world.client.add(world.key(SEQ), 0)
         if last == 0:
             return 1
-        cell = _parsed(world.client.get_if(world.key(f"drive/{last}")) or "{}") or {}
+        text = world.client.get_if(world.key(f"drive/{last}"))
+        if text is None:
+            return last  # numbered but not written yet: the driver is publishing it now (add, sign, set)
+        cell = _parsed(text) or {}
         numbered = isinstance(cell.get("number"), int) and isinstance(cell.get("gen"), int)
         rank = cell.get("driver")
         driver = {"rank": rank, "session": world.ranks[rank].get("session")} if rank in range(world.world_size) else {}

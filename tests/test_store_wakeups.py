@@ -1,7 +1,9 @@
-"""Waits that a read of the missing key does not end (torch's TCPStore wakes them): real server, real TCP."""
+"""Waits that a read of the missing key does not end (torch's TCPStore wakes them), and a follower that starts
+while its driver publishes: real server, real TCP."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -38,6 +40,28 @@ def test_a_barrier_waits_on_while_another_client_reads_its_missing_state_key(por
         assert worlds[1].barrier("g0/t/1", 30, "a test barrier") == "go"
         t.join(10)
         assert box.get("state") == "go", box
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()
+
+
+def test_a_follower_that_starts_while_the_driver_publishes_takes_that_cell(port):
+    """The driver numbers a message (add), signs it, then writes it (set): a follower that starts in between must
+    wait for that message, not the next one (it did, and the driver then waited for it at the cell's start)."""
+    from nbdist import follow, signing
+
+    server = Server("127.0.0.1", port)
+    clients = [connect("127.0.0.1", port) for _ in range(2)]
+    try:
+        driver, follower = (World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate(clients))
+        driver.client.add(driver.key(follow.SEQ), 1)  # numbered, not written yet
+        assert follow.Follower(follower, "s1", "secret").seq == 1
+        cell = signing.sign(signing.key_from("secret"), {
+            "round": 0, "seq": 1, "driver": 0, "session": "s0", "kind": "collective", "source": "1", "flags": {},
+            "gen": 0, "number": 1, "t": time.time()})
+        driver.client.set(driver.key("drive/1"), json.dumps(cell))
+        assert follow.Follower(follower, "s1", "secret").seq == 1  # written, its cell not started: still due
     finally:
         for c in clients:
             c.close()
