@@ -32,6 +32,7 @@ from .errors import DriveError, JoinError, NbdistError, StoreConnectionError, Wo
 from .world import UNBOUNDED, World
 
 CLAIM, SEQ, FOLLOWERS, REFUSED = "drive/claim", "drive/seq", "drive/followers", "drive/refused"
+PUBLISH_GRACE = 2.0  # seconds a numbered message may take to be written (it takes milliseconds)
 DRIVER_CHECK = 1.0  # seconds between a follower's looks at whether its driver lives
 
 
@@ -187,9 +188,9 @@ class Follower:
         last = world.client.add(world.key(SEQ), 0)
         if last == 0:
             return 1
-        text = world.client.get_if(world.key(f"drive/{last}"))
+        text = self._published(last)
         if text is None:
-            return last  # numbered but not written yet: the driver is publishing it now (add, sign, set)
+            return last + 1  # numbered, never written: the driver's publish failed (it was told of a refusal)
         cell = _parsed(text) or {}
         numbered = isinstance(cell.get("number"), int) and isinstance(cell.get("gen"), int)
         rank = cell.get("driver")
@@ -201,6 +202,17 @@ class Follower:
             if not started and time.time() - float(cell.get("t") or 0) < 600:
                 return last
         return last + 1
+
+    def _published(self, seq: int) -> str | None:
+        """Message ``seq``, given a moment to appear: the driver numbers it (add), then signs and writes it."""
+        key = self.world.key(f"drive/{seq}")
+        deadline = time.monotonic() + PUBLISH_GRACE
+        # check, not get_if: a compare-and-set on the missing key would wake the waits on it.
+        while not self.world.client.check([key]):
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+        return self.world.client.get_if(key)
 
     def next(self) -> Followed:
         """Wait for the next message (the stop button ends the wait); raise :class:`FollowEnded` or refuse."""

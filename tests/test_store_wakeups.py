@@ -55,13 +55,17 @@ def test_a_follower_that_starts_while_the_driver_publishes_takes_that_cell(port)
     clients = [connect("127.0.0.1", port) for _ in range(2)]
     try:
         driver, follower = (World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate(clients))
-        driver.client.add(driver.key(follow.SEQ), 1)  # numbered, not written yet
-        assert follow.Follower(follower, "s1", "secret").seq == 1
         cell = signing.sign(signing.key_from("secret"), {
             "round": 0, "seq": 1, "driver": 0, "session": "s0", "kind": "collective", "source": "1", "flags": {},
             "gen": 0, "number": 1, "t": time.time()})
-        driver.client.set(driver.key("drive/1"), json.dumps(cell))
+        driver.client.add(driver.key(follow.SEQ), 1)  # numbered, written a moment later
+        late = threading.Timer(0.3, lambda: clients[0].set(driver.key("drive/1"), json.dumps(cell)))
+        late.start()
+        assert follow.Follower(follower, "s1", "secret").seq == 1
+        late.join()
         assert follow.Follower(follower, "s1", "secret").seq == 1  # written, its cell not started: still due
+        driver.client.add(driver.key(follow.SEQ), 1)  # numbered, never written (a publish that failed)
+        assert follow.Follower(follower, "s1", "secret").seq == 3
     finally:
         for c in clients:
             c.close()
