@@ -15,6 +15,22 @@ from dataclasses import dataclass
 
 from . import kernels
 
+# The seed walkthrough's model (two linear layers, about 8.4 million parameters); the course's DDP lesson uses it.
+SEED_MODEL = """\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+class SimpleModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(1024, 4096)
+        self.fc2 = nn.Linear(4096, 1024)
+        self.relu = nn.ReLU()
+
+    def forward(self, x):
+        return self.fc2(self.relu(self.fc1(x)))
+"""
+
 # The walkthrough's cells, device-agnostic (DEVICE is set by %%dist_init).
 # Each step ends with the value it checks, returned through a user expression.
 STEPS: list[tuple[str, str, str]] = [
@@ -56,19 +72,7 @@ _nbdist_demo = result
     ),
     (
         "DDP training",
-        """\
-import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-class SimpleModel(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(1024, 4096)
-        self.fc2 = nn.Linear(4096, 1024)
-        self.relu = nn.ReLU()
-
-    def forward(self, x):
-        return self.fc2(self.relu(self.fc1(x)))
+        SEED_MODEL + """\
 
 torch.manual_seed(0)  # DDP also broadcasts rank 0's initial weights
 model = DDP(SimpleModel().to(DEVICE))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nbdist.demo import SEED_MODEL  # the seed walkthrough's model, as nbdist demo trains it
+
 
 @dataclass
 class Cell:
@@ -427,22 +429,7 @@ parameters.""", [
 DDP broadcasts rank 0's initial weights when it wraps the model, so every rank starts alike even
 though each seeds its own data differently. **Expect:** the weight checksum is *identical on all
 ranks*."""),
-    code("model", """\
-%%collective
-import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-
-class SimpleModel(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(1024, 4096)
-        self.fc2 = nn.Linear(4096, 1024)
-        self.relu = nn.ReLU()
-
-    def forward(self, x):
-        return self.fc2(self.relu(self.fc1(x)))
-
+    code("model", "%%collective\n" + SEED_MODEL + """
 
 def checksum(tensors):
     return round(sum(t.detach().double().sum().item() for t in tensors), 6)
