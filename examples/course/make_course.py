@@ -7,7 +7,6 @@ tests/test_course.py checks that the committed notebooks are this script's outpu
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "two_notebooks"))
 
 from lessons import LESSONS, TAIL, Lesson, head  # noqa: E402
-from make_notebooks import notebook_of  # noqa: E402
+from make_notebooks import notebook_of, write_all  # noqa: E402
 
 
 def build(lesson: Lesson) -> nbformat.NotebookNode:
@@ -35,15 +34,8 @@ def build(lesson: Lesson) -> nbformat.NotebookNode:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--out", type=Path, default=HERE, help="folder to write into (default: next to this script)")
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for lesson in LESSONS:
-        path = args.out / f"{lesson.name}.ipynb"
-        path.write_text(nbformat.writes(build(lesson), version=4), encoding="utf-8", newline="\n")
-        print(f"wrote {path}")
-    return 0
+    return write_all(__doc__.split("\n", 1)[0], HERE,
+                     lambda: {f"{lesson.name}.ipynb": build(lesson) for lesson in LESSONS}, argv)
 
 
 if __name__ == "__main__":

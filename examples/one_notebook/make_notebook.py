@@ -11,7 +11,6 @@ tests/test_examples.py checks that the committed notebook is this script's outpu
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -22,9 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # this checkout's nbdist, installed or not
 sys.path.insert(0, str(HERE.parent / "two_notebooks"))
 
-from make_notebooks import _EXPECT, collective_source, notebook_of  # noqa: E402
-
-from nbdist.demo import STEPS  # noqa: E402
+from make_notebooks import notebook_of, walkthrough_cells, write_all  # noqa: E402
 
 _INTRO = """\
 # nbdist: one notebook drives a two-rank `torch.distributed` world
@@ -62,27 +59,11 @@ def build() -> nbformat.NotebookNode:
         new_code_cell("%dist_init --spawn 2", id="dist-init"),
         new_code_cell("%dist_workers", id="workers"),
     ]
-    for _title, code, key in STEPS:
-        cells.append(new_markdown_cell(_EXPECT[key], id=f"{key}-intro"))
-        cells.append(new_code_cell(collective_source(code, key), id=key))
-    cells += [
-        new_markdown_cell(_END, id="end-intro"),
-        new_code_cell("%dist_status", id="status"),
-        new_code_cell("%dist_barrier", id="barrier"),
-        new_code_cell("%dist_destroy", id="destroy"),
-    ]
-    return notebook_of(cells)
+    return notebook_of(cells + walkthrough_cells(_END))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--out", type=Path, default=HERE, help="folder to write into (default: next to this script)")
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "walkthrough.ipynb"
-    path.write_text(nbformat.writes(build(), version=4), encoding="utf-8", newline="\n")
-    print(f"wrote {path}")
-    return 0
+    return write_all(__doc__.split("\n", 1)[0], HERE, lambda: {"walkthrough.ipynb": build()}, argv)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -136,16 +137,21 @@ def build(rank: int) -> nbformat.NotebookNode:
         new_markdown_cell(_INIT_INTRO, id="init-intro"),
         new_code_cell(_config(rank), id="dist-init"),
     ]
+    return notebook_of(cells + walkthrough_cells(_END))
+
+
+def walkthrough_cells(end: str) -> list[nbformat.NotebookNode]:
+    """The walkthrough's steps, each explained, then status and leaving (also examples/one_notebook's)."""
+    cells = []
     for _title, code, key in STEPS:
         cells.append(new_markdown_cell(_EXPECT[key], id=f"{key}-intro"))
         cells.append(new_code_cell(collective_source(code, key), id=key))
-    cells += [
-        new_markdown_cell(_END, id="end-intro"),
+    return cells + [
+        new_markdown_cell(end, id="end-intro"),
         new_code_cell("%dist_status", id="status"),
         new_code_cell("%dist_barrier", id="barrier"),
         new_code_cell("%dist_destroy", id="destroy"),
     ]
-    return notebook_of(cells)
 
 
 def notebook_of(cells: list[nbformat.NotebookNode]) -> nbformat.NotebookNode:
@@ -159,21 +165,23 @@ def notebook_of(cells: list[nbformat.NotebookNode]) -> nbformat.NotebookNode:
     return nb
 
 
-def render(rank: int) -> str:
-    """The file text of rank ``rank``'s notebook."""
-    return nbformat.writes(build(rank), version=4)
+def write_all(description: str, here: Path, notebooks: Callable[[], dict[str, nbformat.NotebookNode]],
+              argv: list[str] | None = None) -> int:
+    """A generator's command line: ``--out DIR`` (default ``here``), then each notebook written there."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, default=here, help="folder to write into (default: next to this script)")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, nb in notebooks().items():
+        path = args.out / name
+        path.write_text(nbformat.writes(nb, version=4), encoding="utf-8", newline="\n")
+        print(f"wrote {path}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--out", type=Path, default=HERE, help="folder to write into (default: next to this script)")
-    args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for rank in range(WORLD_SIZE):
-        path = args.out / f"rank{rank}.ipynb"
-        path.write_text(render(rank), encoding="utf-8", newline="\n")
-        print(f"wrote {path}")
-    return 0
+    return write_all(__doc__.split("\n", 1)[0], HERE,
+                     lambda: {f"rank{rank}.ipynb": build(rank) for rank in range(WORLD_SIZE)}, argv)
 
 
 if __name__ == "__main__":
