@@ -39,6 +39,12 @@ each cell sent to the client. Unless ``--no-profile``, one more busy cell of
 each kind runs with timers on ``LiveTable.tick`` and on the watcher thread
 (wall and that thread's own CPU time), which are removed afterwards.
 
+At 2 ranks, unless ``--loop-runs 0``, it then times the loop figure (``_loop.py``):
+``--loop-n`` (300) one-element all_reduces in a loop inside the kernel, torch's own
+function in a plain cell against the same loop inside ``%%collective`` (checked),
+``--no-check`` and ``--trace``, interleaved, with the targets for what checking
+and tracing cost per collective.
+
 Unless ``--no-profile``, it finally runs ``--runs`` more trivial
 ``%%collective`` cells from the client with timing wrappers installed in the
 kernels (this benchmark's kernels only; nbdist's files are not touched) and
@@ -69,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from _common import load_note
+from _loop import report_loop, time_loop
 
 from nbdist import kernels
 
@@ -477,7 +484,7 @@ def report_inside(n: int, pooled: dict[str, list[float]], per_rank: int) -> None
         print(f"{key:<42} {median_ms(values):>10.3f} {p90_ms(values):>10.3f}")
 
 
-def run_size(n: int, args: argparse.Namespace) -> tuple[float, float | None]:
+def run_size(n: int, args: argparse.Namespace) -> tuple[float, float | None, list[str]]:
     port = free_port()
     print(f"\nstarting {n} kernels; rendezvous 127.0.0.1:{port}", flush=True)
     started = time.perf_counter()
@@ -489,6 +496,10 @@ def run_size(n: int, args: argparse.Namespace) -> tuple[float, float | None]:
         added = report(n, times, args.runs)
         if args.inner > 0:
             report_inside(n, time_inside(ks, args.inner, args.timeout + args.inner), args.inner)
+        loop: list[str] = []
+        if n == 2 and args.loop_runs > 0:
+            loop = report_loop(n, time_loop(ks, args.loop_runs, args.loop_n, args.timeout, check, args.pin),
+                               args.loop_n)
         slowdown = None
         if n == 2 and args.live_runs > 0:  # before the store profile, whose wrappers stay in the kernels
             per_step, rates, runs, profiled = time_live(ks, args.live_runs, args.timeout, args.profile)
@@ -498,7 +509,7 @@ def run_size(n: int, args: argparse.Namespace) -> tuple[float, float | None]:
         if args.profile:
             per_rank, client = profile(ks, args.runs, args.timeout)
             report_profile(n, per_rank, client, args.runs)
-        return added, slowdown
+        return added, slowdown, loop
     finally:
         for k in reversed(ks):  # rank 0 hosts the server: stop it last
             try:
@@ -518,6 +529,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="skip the per-store-operation profile of client-driven %%%%collective cells")
     p.add_argument("--live-runs", type=int, default=5,
                    help="busy 10 s cells with and without the live table, each, at 2 ranks; 0 skips them (default 5)")
+    p.add_argument("--loop-runs", type=int, default=9,
+                   help="rounds of the loop figure (one-element all_reduces in a loop) at 2 ranks; 0 skips it "
+                        "(default 9)")
+    p.add_argument("--loop-n", type=int, default=300, help="all_reduces per loop (default 300)")
+    p.add_argument("--pin", action="store_true",
+                   help="for the loop figure, pin each kernel's threads to a core of its own (rank i on core i)")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds any one cell may take (default 60; a busy cell gets 30 s more)")
     args = p.parse_args(argv)
@@ -527,8 +544,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--world-sizes must be comma-separated integers, not {args.world_sizes!r}")
     if not args.sizes or min(args.sizes) < 1:
         p.error("--world-sizes needs at least one size >= 1")
-    if args.runs < 2 or args.warmup < 0 or args.inner < 0 or args.live_runs < 0:
-        p.error("--runs must be >= 2; --warmup, --inner and --live-runs >= 0")
+    if args.runs < 2 or args.warmup < 0 or args.inner < 0 or args.live_runs < 0 or args.loop_runs < 0:
+        p.error("--runs must be >= 2; --warmup, --inner, --live-runs and --loop-runs >= 0")
+    if args.loop_n < 1:
+        p.error("--loop-n must be >= 1")
     return args
 
 
@@ -537,10 +556,12 @@ def main(argv: list[str] | None = None) -> int:
     print(load_note("at start"), flush=True)
     added: dict[int, float] = {}
     slowdown: float | None = None
+    loop: list[str] = []
     try:
         for n in args.sizes:
-            added[n], live = run_size(n, args)
+            added[n], live, looped = run_size(n, args)
             slowdown = live if live is not None else slowdown
+            loop = looped or loop
     except Exception as exc:  # a failed cell, a kernel that did not start or answer
         print(f"\ncell_overhead: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -558,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {verdict}: {slowdown:+.2f}% (ratio of medians, body wall time, on the rank where it is largest)")
     else:
         print("  not measured (--live-runs 0, or 2 is not among --world-sizes)")
+    for line in loop or ["loop figure: not measured (--loop-runs 0, or 2 is not among --world-sizes)"]:
+        print(line)
     return 0
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "get_device", "load_ipython_extension", "picture", "show", "unload_ipython_extension"]
+__all__ = ["__version__", "get_device", "last_trace", "load_ipython_extension", "picture", "show",
+           "unload_ipython_extension"]
 
 
 def load_ipython_extension(ipython) -> None:
@@ -43,3 +44,20 @@ def show(tensor, label=None, owner=None, *, world_size=None) -> None:
     from .pictures import show
 
     show(tensor, label, owner, world_size=world_size)
+
+
+def last_trace() -> list[dict]:
+    """The calls of this notebook's last ``%%collective --trace`` cell, every rank's, in order of entry.
+
+    Each is a dict: ``rank``, ``group`` (torch's group name, "0" for the world), ``seq`` (its number in
+    that group in the cell; None for send/recv), ``op``, ``bytes``, ``enter`` and ``leave`` (seconds
+    since that rank left the cell's start barrier). ``nbdist.trace.lateness(calls)`` groups them per
+    collective with who arrived last and each rank's wait.
+    """
+    from IPython import get_ipython
+
+    from .magics import _NAME
+
+    shell = get_ipython()
+    magics = shell.magics_manager.registry.get(_NAME) if shell is not None else None
+    return list(magics.last_trace) if magics is not None else []

@@ -27,17 +27,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import capture, errors, procgroup
+from . import capture, errors, history, procgroup, trace
 from .errors import (
     CellMismatchError,
     CollectiveError,
+    CollectiveMismatchError,
     MaxTimeError,
     NbdistError,
     PeerFailedError,
     PeerLostError,
     StoreConnectionError,
 )
-from .fingerprint import CUT_SIGNS, Checker, raise_if_failed
+from .fingerprint import CUT_SIGNS, Checker, differences, raise_if_failed
 from .live import LiveTable
 from .outputlog import OutputLog
 from .shrink import fit
@@ -64,6 +65,7 @@ class Outcome:
     distrusted: str | None = None  # why it will be rebuilt at the next cell
     holders: list[str] = field(default_factory=list)  # names that hold the old group
     live_id: str | None = None  # the display id of the live table, which the final table replaces
+    mismatch: str | None = None  # collectives that ran but did not match across ranks (seen after the body)
 
 
 def _flags_text(flags: dict[str, Any]) -> str:
@@ -122,9 +124,11 @@ class Flags:
     same_code: bool = True  # refuse ranks whose code differs
     max_time: float | None = None  # bound on the body, on every rank
     live: bool = True  # show the live table (this notebook's choice: not compared across ranks)
+    trace: bool = False  # record when each collective entered and left, on every rank
 
     def compared(self) -> dict[str, Any]:
-        return {"no_check": not self.check, "allow_different": not self.same_code, "max_time": self.max_time}
+        return {"no_check": not self.check, "allow_different": not self.same_code, "max_time": self.max_time,
+                "trace": self.trace}
 
 
 def run(world: World, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
@@ -197,7 +201,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
         rebuild(f"{n}")
     world.note(f"running {label}", cell=n, body=cell)
     checker = Checker(world, cell, timeout, params, compare=flags.check,
-                      on_tick=lambda: raise_if_failed(world, cell))
+                      on_tick=lambda: raise_if_failed(world, cell), trace=flags.trace)
     output = OutputLog()
     live = LiveTable(world, cell, f"{label} · {world.world_size} ranks", output, shell.display_pub, flags.live)
     body_started = time.monotonic()
@@ -255,6 +259,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     world.note(f"finished {label}", cell=n)
     outcome = Outcome(n, [json.loads(t) for t in world.client.multi_get(keys)], reason, rebuilt,
                       live_id=live.display_id)
+    outcome.mismatch = _history_mismatch(outcome.captures)
     distrusted = procgroup.verdict({i: (c or {}).get("pg") for i, c in enumerate(outcome.captures)})
     if distrusted is not None:
         if world.pg is not None:
@@ -284,11 +289,22 @@ def _end_tick(world: World, cell: str, live: LiveTable, flags: Flags, started: f
 def _record(world: World, cap: dict[str, Any], checker: Checker, watch: CellWatch) -> dict[str, Any]:
     """What this rank publishes about its cell: the capture, its collectives, its group's state."""
     record = {**cap, "rank": world.rank, "collectives": dict(checker.counts)}
+    if checker.compare:
+        record["checks"] = checker.checks()
+    if checker.events is not None:
+        record["trace"] = trace.events(checker.events, checker.sigs)
     if watch.interrupted and record["error"] is not None:
         record["error"]["interrupted"] = True
     record["pg"] = world.pg.state() if world.pg is not None else {"ok": False, "why": "no process group"}
     fit(record)  # raises here, inside the guard, if anything cannot be published
     return record
+
+
+def _history_mismatch(captures: list[dict[str, Any] | None]) -> str | None:
+    """Collectives that ran without a comparison first and did not match (only when no rank failed)."""
+    if any(c is None or c.get("error") or "checks" not in c for c in captures):
+        return None
+    return history.end_mismatch({i: c["checks"] for i, c in enumerate(captures) if c is not None}, differences)
 
 
 def _is_consequence(error: dict[str, Any], checker: Checker) -> bool:
@@ -332,6 +348,8 @@ def error_for(world: World, outcome: Outcome) -> BaseException | None:
         )
     if own:
         return _own_error(world, own)
+    if outcome.mismatch is not None:
+        return CollectiveMismatchError(outcome.mismatch)
     failed = [(i, c["error"]) for i, c in enumerate(captures) if c and c.get("error")]
     if not failed:
         return None

@@ -1,4 +1,4 @@
-"""The ``nbdist`` command: ``demo``, ``run``, ``serve``, ``env``, ``doctor`` and ``stop``."""
+"""The ``nbdist`` command: ``demo``, ``run``, ``bench``, ``serve``, ``env``, ``doctor`` and ``stop``."""
 
 from __future__ import annotations
 
@@ -44,6 +44,25 @@ def _run(args: argparse.Namespace) -> int:
 
     return run(args.notebooks, world_size=args.world_size, out=args.out, timeout=args.timeout,
                params=args.param or [], master_port=args.master_port, spawn=args.spawn)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import shlex
+
+    from . import bench, benchcli
+    from .errors import ConfigError
+
+    flags = {"--ops": args.ops, "--sizes": args.sizes, "--iters": args.iters, "--warmup": args.warmup,
+             "--dtype": args.dtype}
+    try:
+        if args.world_size < 2:
+            raise ConfigError(f"--world-size must be at least 2 (this kernel and a worker), not {args.world_size}")
+        bench.spec(args.ops, args.sizes, args.iters, args.warmup, args.dtype, args.world_size)
+    except ConfigError as exc:
+        print(f"nbdist bench: {exc}", file=sys.stderr)
+        return 2
+    line = shlex.join([part for flag, value in flags.items() if value is not None for part in (flag, value)])
+    return benchcli.run(args.world_size, line, args.plot, args.master_port, sys.stdout, sys.stderr)
 
 
 def _world_flags(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +164,24 @@ def main(argv: list[str] | None = None) -> int:
                      help="run one copy only, as rank 0, with SPAWN = N (N = --world-size, at least 2): its "
                           "%%%%dist_init starts the other ranks as local worker kernels")
     run.set_defaults(func=_run)
+    bench = sub.add_parser(
+        "bench", help="measure the collectives' bus bandwidth on N local ranks (%%dist_bench in local kernels)",
+        description="Start a local kernel that runs %dist_init --spawn N (rank 0 and N-1 worker kernels, on "
+                    "127.0.0.1) and %dist_bench with these flags; print its table and write its plot. Exits 0, "
+                    "1 if it failed, 2 for bad arguments, 130 on Ctrl-C (after printing the sizes measured so far).")
+    bench.add_argument("--world-size", type=int, required=True, metavar="N", help="ranks (at least 2)")
+    bench.add_argument("--ops", default=None, help="comma list of all_reduce, all_gather, reduce_scatter, "
+                                                   "broadcast, all_to_all, send_recv, or all (default: all)")
+    bench.add_argument("--sizes", default=None, help="S in bytes, as nccl-tests: MIN:MAX doubling, one size, or a "
+                                                     "comma list; K, M, G are 1024-based (default 8:16M)")
+    bench.add_argument("--iters", default=None, help="timed iterations per op and size (default 20)")
+    bench.add_argument("--warmup", default=None, help="untimed iterations first (default 5)")
+    bench.add_argument("--dtype", default=None, help="torch dtype of the buffers (default float32)")
+    bench.add_argument("--plot", default="nbdist-bench.png", metavar="FILE",
+                       help="where to write the plot, a PNG (default ./nbdist-bench.png)")
+    bench.add_argument("--master-port", type=int, default=None, metavar="P",
+                       help="rendezvous port (default 29500, or a free one when it is busy)")
+    bench.set_defaults(func=_bench)
     serve = sub.add_parser("serve", help="run a standalone rendezvous server")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
@@ -166,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     doc.add_argument("--token", default=None,
                      help="the world's token, to check that the server takes it (else NBDIST_TOKEN); never shown")
     doc.set_defaults(func=_doctor)
-    stop = sub.add_parser("stop", help="end the cell every rank of the world is running (as %dist_stop does)")
+    stop = sub.add_parser("stop", help="end the cell every rank of the world is running (as %%dist_stop does)")
     stop.add_argument("--master-addr", required=True, help="rank 0's address")
     stop.add_argument("--master-port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
     stop.add_argument("--token", default=None, help="the world's token (else NBDIST_TOKEN); never shown")

@@ -16,8 +16,9 @@ from .config import TIMEOUTS, debug_mode
 from .errors import ConfigError
 from .netinfo import Route
 
-# Values that must be the same on every rank; compared at join.
-AGREED = ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_BUFFSIZE")
+# Values that must be the same on every rank; compared at join. TORCH_DISTRIBUTED_DEBUG=DETAIL on one rank
+# only makes that rank wait for a wrapper group the others never make (measured on gloo: it hangs until the timeout).
+AGREED = ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT", "HCCL_BUFFSIZE", "TORCH_DISTRIBUTED_DEBUG")
 
 HCCL_CONNECT_TIMEOUT = 600  # CANN's 120 s is too short for people starting notebooks by hand
 HCCL_EXEC_TIMEOUT = 300  # CANN's 1836 s is a long wait in a notebook
@@ -99,28 +100,12 @@ def _wanted(backend: str, route: Route, debug: str, npu: ascend.Facts) -> list[E
                    "for the other hosts; the NPUs' own network cards must reach each other on 16666 (RoCE)",
                    "default"),
         ]
-        if debug:
-            wanted += [
-                EnvVar("HCCL_ENTRY_LOG_ENABLE", "1", "--debug: log every HCCL call"),
-                EnvVar("ASCEND_GLOBAL_LOG_LEVEL", "1", "--debug: CANN log level INFO"),
-            ]
-            if debug == "stdout":
-                wanted.append(EnvVar("ASCEND_SLOG_PRINT_TO_STDOUT", "1",
-                                     "--debug stdout: CANN prints its logs here and writes no log files "
-                                     "(CANN envref_07_0121), which HCCL's troubleshooting guides ask for"))
-            else:
-                wanted.append(EnvVar("ASCEND_SLOG_PRINT_TO_STDOUT", None,
-                                     "not set: CANN keeps writing its log files (~/ascend/log), which HCCL's "
-                                     "troubleshooting guides ask for; --debug stdout prints them here instead, "
-                                     "and then no files are written", "default"))
     elif backend == "nccl":
         wanted = [
             EnvVar("NCCL_SOCKET_IFNAME", route.interface, f"the interface that routes to the master: {where}"),
             EnvVar("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2",
                    "on a failed collective, abort the communicator and raise in the cell (not kill the kernel)"),
         ]
-        if debug:
-            wanted.append(EnvVar("NCCL_DEBUG", "INFO", "--debug: NCCL diagnostics"))
     elif backend == "gloo":
         wanted = [
             EnvVar("GLOO_SOCKET_IFNAME", route.interface,
@@ -130,7 +115,30 @@ def _wanted(backend: str, route: Route, debug: str, npu: ascend.Facts) -> list[E
     else:
         raise ConfigError(f"no environment plan for backend {backend!r}")
     if debug:
-        wanted.append(EnvVar("TORCH_DISTRIBUTED_DEBUG", "DETAIL", "--debug: torch.distributed checks and logs"))
+        wanted += debug_variables(backend, debug)
+    return wanted
+
+
+def debug_variables(backend: str, debug: str, flag: str = "--debug") -> list[EnvVar]:
+    """The diagnostics ``flag`` turns on for ``backend`` (``debug``: "files" or "stdout", see config.debug_mode)."""
+    wanted = []
+    if backend == "hccl":
+        wanted += [
+            EnvVar("HCCL_ENTRY_LOG_ENABLE", "1", f"{flag}: log every HCCL call"),
+            EnvVar("ASCEND_GLOBAL_LOG_LEVEL", "1", f"{flag}: CANN log level INFO"),
+        ]
+        if debug == "stdout":
+            wanted.append(EnvVar("ASCEND_SLOG_PRINT_TO_STDOUT", "1",
+                                 f"{flag} stdout: CANN prints its logs here and writes no log files "
+                                 "(CANN envref_07_0121), which HCCL's troubleshooting guides ask for"))
+        else:
+            wanted.append(EnvVar("ASCEND_SLOG_PRINT_TO_STDOUT", None,
+                                 "not set: CANN keeps writing its log files (~/ascend/log), which HCCL's "
+                                 "troubleshooting guides ask for; --debug stdout prints them here instead, "
+                                 "and then no files are written", "default"))
+    elif backend == "nccl":
+        wanted.append(EnvVar("NCCL_DEBUG", "INFO", f"{flag}: NCCL diagnostics"))
+    wanted.append(EnvVar("TORCH_DISTRIBUTED_DEBUG", "DETAIL", f"{flag}: torch.distributed checks and logs"))
     return wanted
 
 

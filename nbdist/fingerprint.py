@@ -24,6 +24,8 @@ from datetime import timedelta
 from typing import Any
 
 from .errors import CollectiveMismatchError, PeerFailedError, PeerLostError, StoppedError
+from .history import History, checksum, end_mismatch, quick_key, summary
+from .procgroup import group_name, members
 from .world import World
 
 # op name -> names of its tensor arguments
@@ -53,6 +55,7 @@ CUT_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pi
 REASON_WAIT = 8.0  # seconds a plain cell's broken collective waits for the watcher to name the cause
 WAIT_SLICE = timedelta(milliseconds=100)  # longest a body waits in C for a gloo collective at a time
 ABANDON_AFTER = 0.5  # seconds a collective may outlive the cut of its group before it is left behind
+MAX_EVENTS = 20_000  # --trace: calls recorded per rank and cell
 
 
 def _describe(value: Any) -> Any:
@@ -138,9 +141,19 @@ class Checker:
     """One cell's view of its collectives: compares each across the group's members, knows when it is inside one."""
 
     def __init__(self, world: World, cell: str, timeout: float, params: dict[str, list[str]], compare: bool = True,
-                 on_tick: Callable[[], None] | None = None, plain: bool = False) -> None:
+                 on_tick: Callable[[], None] | None = None, plain: bool = False, trace: bool = False) -> None:
         self.world, self.cell, self.timeout, self.params = world, cell, timeout, params
         self.compare = compare
+        self.known: dict[Any, int] = {}  # quick key -> checksum of its fingerprint, for kinds of call seen
+        self.sigs: dict[int, dict[str, Any]] = {}  # checksum -> fingerprint
+        self.histories: dict[str, History] = {}  # group name -> what was issued on it (when compared)
+        # --trace: (group, number, op, checksum, entered, left) per call, seconds from here (the start barrier)
+        self.events: list[tuple[Any, ...]] | None = [] if trace else None
+        self.origin = time.perf_counter()
+        self._names: dict[Any, str] = {}  # a group (None: the default one) -> torch's name of it, for this cell
+        import torch  # a cell runs in a joined world: torch is imported
+
+        self._tensor = torch.Tensor
         self.plain = plain  # a plain cell's: nothing to compare; a stopped collective raises why it stopped
         self.on_tick = on_tick
         self.counts: dict[str, int] = {}  # group name -> collectives issued in this cell
@@ -157,20 +170,28 @@ class Checker:
 
     def call(self, op: str, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
              p2p: bool = False) -> Any:
-        """Run one collective of the body: refuse if the cell was stopped, compare it, mark it as running."""
-        from .procgroup import group_name, members
-
+        """Run one collective of the body: refuse if the cell was stopped, check it, mark it as running."""
         group = group_arg(self.params[op], args, kwargs)
         ranks = members(group)
         if ranks is not None and self.world.rank not in ranks:
             return original(*args, **kwargs)  # torch returns at once for a non-member
         self._refuse_if_stopped()
-        what = op
+        what, late = op, None
+        crc = name = n = None
         if not p2p:
-            name = group_name(group)
+            name = self._names.get(group)
+            if name is None:
+                name = self._names[group] = group_name(group)
             n = self.counts.get(name, 0) + 1
-            if self.compare:
-                self.agree(fingerprint(op, self.params[op], args, kwargs), name, n, ranks)
+            if self.compare or self.events is not None:
+                crc, agreed = self._kind(op, args, kwargs, name, n, ranks)
+                if self.compare:
+                    hist = self.histories.get(name)
+                    if hist is None:
+                        hist = self.histories[name] = History()
+                    hist.add(crc)
+                    if not agreed:
+                        late = (name, n, crc, ranks)
             self.counts[name] = n
             what = f"collective #{n} ({op})"
         with self.lock:
@@ -179,10 +200,11 @@ class Checker:
         pg = self.world.pg
         if pg is not None:
             pg.count(group, p2p)
+        started = time.perf_counter() if self.events is not None else 0.0
         try:
             if pg is None or pg.backend != "gloo" or not self._can_wait_here(op, args, kwargs):
                 return original(*args, **kwargs)
-            self._wait(pg, original(*args, **{**kwargs, "async_op": True}))
+            self._wait(pg, original(*args, **{**kwargs, "async_op": True}), late)
             return None
         except BaseException as exc:
             if not isinstance(exc, Exception) and not self.plain:
@@ -196,6 +218,31 @@ class Checker:
             raise
         finally:
             self.inside = None
+            if self.events is not None and len(self.events) < MAX_EVENTS:
+                self.events.append((name, n, op, crc, started - self.origin, time.perf_counter() - self.origin))
+
+    def _kind(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, n: int,
+              ranks: list[int] | None) -> tuple[int, bool]:
+        """This call's checksum, and whether it was compared before running (the first of its kind, when checked).
+
+        Object collectives are always compared first: their key would be their objects.
+        """
+        key = None if "object" in op else (name, quick_key(op, args, kwargs, self._tensor))
+        crc = self.known.get(key) if key is not None else None
+        if crc is not None:
+            return crc, False
+        fp = fingerprint(op, self.params[op], args, kwargs)
+        crc = checksum(fp)
+        self.sigs.setdefault(crc, fp)
+        if self.compare:
+            self.agree(fp, name, n, ranks)
+        if key is not None:
+            self.known[key] = crc
+        return crc, self.compare
+
+    def checks(self) -> dict[str, Any]:
+        """What this rank publishes at the end of the body so that the ranks compare their collectives."""
+        return summary(self.histories, self.sigs)
 
     def _can_wait_here(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Whether nbdist may run this call as async_op and wait for it itself (a blocking call the user made)."""
@@ -204,7 +251,7 @@ class Checker:
             return False  # no such argument, or given positionally: the call stays as it is
         return not kwargs.get("async_op", False)
 
-    def _wait(self, pg: Any, work: Any) -> None:
+    def _wait(self, pg: Any, work: Any, late: tuple[str, int, int, list[int] | None] | None = None) -> None:
         """Wait for a gloo collective in slices, so that a stopped cell never waits on one for long.
 
         The watcher cuts the group when the cell is stopped, which fails the
@@ -212,22 +259,75 @@ class Checker:
         way when its connection broke is never failed, and waits for the full
         timeout: gloo/transport/tcp/pair.cc): such a collective is left behind,
         and the group, which would wait for it when destroyed, is set aside.
+
+        ``late``: a call that was not compared before it ran (its kind was seen
+        before): once it outlasts a slice, it is compared while it waits
+        (:meth:`_compare_late`), since the ranks may be waiting in different ones.
         """
         if work is None:
             return
         stopped_at: float | None = None
+        published = False
         while True:
             try:
                 work.wait(WAIT_SLICE)
                 return
-            except RuntimeError:
-                if work.is_completed():
-                    raise  # the collective failed; else only this slice of the wait ran out
+            except RuntimeError as exc:
+                if work.is_completed():  # the collective failed; else only this slice of the wait ran out
+                    if late is not None and self.stopped is None:
+                        self._compare_late(*late, publish=not published)  # a rank that found a mismatch cut it
+                    raise exc from None
+            if late is not None and self.stopped is None:
+                try:
+                    self._compare_late(*late, publish=not published)
+                except CollectiveMismatchError as exc:
+                    # This rank's call is pending and the others will not join it: fail it (on every rank, so
+                    # that no gloo thread keeps waiting, which would block the group's destruction) and set it aside.
+                    pg.cut(f"collectives did not match: {exc}")
+                    pg.abandon()
+                    raise
+                published = True
             if self.stopped is not None:
                 stopped_at = stopped_at or time.monotonic()
                 if time.monotonic() - stopped_at > ABANDON_AFTER:
                     pg.abandon()
                     self._refuse_if_stopped()
+
+    def _compare_late(self, name: str, seq: int, crc: int, ranks: list[int] | None, publish: bool) -> None:
+        """A slow call of a kind seen before: publish its fingerprint as :meth:`agree` does, compare what is there.
+
+        Joining the barrier of :meth:`agree` lets a rank that waits there for this
+        call (its own call was new to it) go on and compare.
+        """
+        world, client = self.world, self.world.client
+        fp = {**self.sigs[crc], "seq": seq}
+        base = f"{self.cell}/fp/{name}/{seq}"
+        if publish:
+            client.set_json(world.key(f"{base}/{world.rank}"), fp)
+            client.add(world.key(f"{base}/n"), 1)
+        who = ranks if ranks is not None else list(range(world.world_size))
+        fps = {world.rank: fp}
+        for i in who:
+            if i != world.rank:
+                other = client.get_json_if(world.key(f"{base}/{i}"))
+                if other is not None:
+                    fps[i] = other
+        problems = differences(fps)
+        if problems:
+            raise CollectiveMismatchError(
+                f"collective #{seq} ({fp['op']}) of this cell does not match across ranks: {'; '.join(problems)}. "
+                "The ranks waited in different collectives; fix the cell so every rank issues the same collectives"
+            )
+        self._peer_finished(name, seq, fp, ranks)
+        for i in who:  # a rank whose own call completed (gloo may complete one side of a mismatch) and finished
+            done = client.get_json_if(world.key(f"{self.cell}/out/{i}")) if i != world.rank else None
+            if done is not None and "checks" in done:
+                mine = self.checks()
+                why = end_mismatch({world.rank: mine, i: done["checks"]}, differences)
+                if why is not None:
+                    raise CollectiveMismatchError(why.replace(
+                        "It ran, so its results may be wrong", "It completed on some ranks (their results may be "
+                        f"wrong) and {world.describe(world.rank)} waited in it"))
 
     def _reason_follows(self, exc: Exception) -> bool:
         """Whether this plain cell's collective failed for a reason the watcher knows or soon will.

@@ -283,7 +283,8 @@ _ENDS = (StoreConnectionError, WorldChangedError, JoinError)
 
 def cell_flags(flags: cells.Flags) -> dict[str, Any]:
     """A cell's flags as the driver sends them (``live`` is each notebook's own choice)."""
-    return {"timeout": flags.timeout, "check": flags.check, "same_code": flags.same_code, "max_time": flags.max_time}
+    return {"timeout": flags.timeout, "check": flags.check, "same_code": flags.same_code, "max_time": flags.max_time,
+            "trace": flags.trace}
 
 
 @dataclass

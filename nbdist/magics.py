@@ -12,11 +12,12 @@ from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, 
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display, update_display
 
-from . import backends, cells, config, doctor, envplan, follow, spawn
+from . import backends, cells, config, doctor, envplan, follow, spawn, trace
 from .celltable import cell_table
 from .display import Cell, JoinStatus, Message, SideBySide, Source, summary_table
 from .errors import ConfigError, NbdistError, NotInitializedError
 from .session import Session
+from .timeline import Timeline
 
 _NAME = "DistMagics"
 
@@ -28,6 +29,7 @@ class DistMagics(Magics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
         self.session = Session(shell)
+        self.last_trace: list[dict[str, Any]] = []  # the calls of the last --trace cell (nbdist.last_trace())
 
     @magic_arguments()
     @argument("--rank", help="this notebook's rank, 0..N-1 (else RANK)")
@@ -151,6 +153,9 @@ class DistMagics(Magics):
               help="seconds the body may run on any rank; then the cell fails on every rank (default: no limit)")
     @argument("--no-live", action="store_true",
               help="no live table while the body runs: only the final one (this notebook only)")
+    @argument("--trace", action="store_true",
+              help="draw below the table when each collective entered and left on every rank, and who was late "
+                   "(the calls: nbdist.last_trace())")
     @cell_magic
     def collective(self, line: str, cell: str) -> None:
         """Run this cell on every rank in lockstep; show every rank's output side by side.
@@ -173,19 +178,30 @@ class DistMagics(Magics):
         flags = cells.Flags(_seconds("--timeout", args.timeout), check=not args.no_check,
                             same_code=not args.allow_different,
                             max_time=None if args.max_time is None else _seconds("--max-time", args.max_time),
-                            live=not args.no_live)
+                            live=not args.no_live, trace=args.trace)
         world = self.session.world
         try:
             outcome = self.session.collective(cell, flags)
         except (NbdistError, KeyboardInterrupt) as exc:
             partial = getattr(exc, "outcome", None)
             if partial is not None and world is not None:
-                _show_cell(world, partial)
+                self._show(partial)
             raise
-        _show_cell(self.session.world, outcome)
+        self._show(outcome)
         error = cells.error_for(self.session.world, outcome)
         if error is not None:
             raise error
+
+    def _show(self, outcome: cells.Outcome) -> None:
+        """Show a cell's table, and its timeline if it was traced (kept for nbdist.last_trace())."""
+        world = self.session.world
+        if world is None:
+            return
+        _show_cell(world, outcome)
+        calls = trace.merge(outcome.captures)
+        if any(c is not None and "trace" in c for c in outcome.captures):
+            self.last_trace = calls
+            display(Timeline(calls, world.world_size, f"%%collective #{outcome.number}"))
 
     @magic_arguments()
     @argument("--backend", default=None, help="gloo, nccl or hccl (default: this world's, else auto)")
@@ -259,6 +275,26 @@ class DistMagics(Magics):
         display(table)
 
     @magic_arguments()
+    @argument("state", nargs="?", choices=("on", "off"),
+              help="on: TORCH_DISTRIBUTED_DEBUG=DETAIL and the backend's debug variables on every rank; off: put "
+                   "them back; absent: show the switch, torch's debug level and the variables here")
+    @line_magic
+    def dist_debug(self, line: str) -> None:
+        """Turn torch's and the backend's own diagnostics on or off for the whole world.
+
+        Run it in one notebook: every rank, including notebooks that did not run it and
+        the workers of --spawn, rebuilds its process group under the new setting at its
+        next cell that uses the group (torch reads TORCH_DISTRIBUTED_DEBUG only at import:
+        nbdist applies it to each rebuilt group). Running it in every notebook changes the
+        switch once. off puts back what the variables held (unset where you had not set them).
+        """
+        from . import debugmode
+
+        args = parse_argstring(self.dist_debug, line)
+        print(debugmode.show(self.session) if args.state is None
+              else debugmode.switch(self.session, args.state == "on"))
+
+    @magic_arguments()
     @argument("--timeout", default=config.TIMEOUTS["barrier"],
               help=f"seconds to wait for the other ranks (default {config.TIMEOUTS['barrier']:g})")
     @line_magic
@@ -267,6 +303,61 @@ class DistMagics(Magics):
         args = parse_argstring(self.dist_barrier, line)
         waited = self.session.barrier(_seconds("--timeout", args.timeout))
         print(f"nbdist: all {self.session.world.world_size} ranks met (waited {waited * 1000:.1f} ms)")
+
+    @magic_arguments()
+    @argument("--ops", default=None, help="comma list of all_reduce, all_gather, reduce_scatter, broadcast, "
+                                          "all_to_all, send_recv, or all (default: all)")
+    @argument("--sizes", default=None, help="S in bytes, as nccl-tests: MIN:MAX doubling, one size, or a comma list; "
+                                            "K, M, G are 1024-based (default 8:16M)")
+    @argument("--iters", default=None, help="timed iterations per op and size (default 20)")
+    @argument("--warmup", default=None, help="untimed iterations first (default 5)")
+    @argument("--dtype", default=None, help="torch dtype of the buffers (default float32)")
+    @line_magic
+    def dist_bench(self, line: str) -> Any:
+        """Measure the collectives' bandwidth on every rank; show a table and a log-log plot of busbw.
+
+        Per op and size S: the median time over the iterations on each rank, the slowest rank's
+        median; algbw = S / time; busbw = algbw x nccl-tests' factor for the op and world size
+        (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, send_recv
+        1). S is each rank's buffer (all_reduce, broadcast, send_recv) or the whole gathered or
+        scattered buffer (all_gather, reduce_scatter, all_to_all), rounded down to whole elements
+        and chunks. The raw torch functions are timed on the world's device (synchronised after
+        each iteration on cuda and npu), without nbdist's checks; send_recv is a ring, as in
+        nccl-tests (each rank sends S to rank+1 while it receives S from rank-1). Runs on every
+        rank like a %%collective (followers too; peer notebooks each run the same %dist_bench).
+        The defaults take 10-15 s on 2 CPU ranks (gloo on loopback).
+
+        Returns the results, a list of dicts (op, size, count, time_us, algbw_gbps, busbw_gbps,
+        ...): ``r = %dist_bench`` keeps them; shown as Out they take one line. The stop button
+        shows the sizes measured so far, then ends the cell with KeyboardInterrupt (the other
+        ranks' with PeerFailedError).
+        """
+        from . import bench
+        from .benchreport import BenchPlot, BenchTable, plot_png
+
+        args = parse_argstring(self.dist_bench, line)
+        world = self.session.require_world("%dist_bench")
+        try:
+            spec = bench.spec(args.ops, args.sizes, args.iters, args.warmup, args.dtype, world.world_size)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+        where = (world.world_size, self.session.choice.backend, self.session.device)
+        title = bench.title(spec, *where)
+        handle = display(Message(f"nbdist: %dist_bench on {world.world_size} ranks: {spec.describe()}…"),
+                         display_id=True)
+        rows: list[dict[str, Any]] = []
+        try:
+            results = bench.run(self.session, spec, rows)
+        except (NbdistError, KeyboardInterrupt) as exc:
+            stopped = f"{type(exc).__name__}: {len(rows)} of {len(spec.ops) * len(spec.sizes)} measured"
+            handle.update(BenchTable(rows, f"{title} · partial ({stopped})") if rows
+                          else Message(f"nbdist: %dist_bench stopped before any size was measured ({stopped})"))
+            raise
+        handle.update(BenchTable(results, title))
+        png = plot_png(results, bench.title(spec, *where, short=True))
+        display(BenchPlot(png, "%dist_bench plot: busbw against size, log-log") if png is not None
+                else Message("nbdist: no plot: matplotlib is not installed (pip install matplotlib)"))
+        return results
 
     @line_magic
     def dist_stop(self, line: str) -> None:
@@ -301,7 +392,7 @@ class DistMagics(Magics):
         show = follow.Shows(
             source=None if quiet else lambda m: display(Source(f"nbdist: {world.describe(m.driver)} runs "
                                                                f"%%collective #{m.number}:", m.source)),
-            outcome=lambda o: quiet or _show_cell(self.session.world, o),
+            outcome=lambda o: quiet or self._show(o),
             error=lambda e: print(f"{type(e).__name__}: {e}", file=sys.stderr),
             barrier=lambda waited: print(f"nbdist: all ranks met at the driver's %dist_barrier "
                                          f"(waited {waited * 1000:.1f} ms)"),
@@ -481,8 +572,6 @@ def unload(shell: Any) -> None:
     shell.input_transformers_cleanup[:] = [
         t for t in shell.input_transformers_cleanup if getattr(t, "__name__", "") != "bare_cell_magic_as_line"
     ]
-    for kind, names in (("line", ("dist_init", "dist_status", "dist_barrier", "dist_destroy", "dist_env",
-                                  "dist_doctor", "dist_stop", "dist_follow", "dist_release", "dist_workers")),
-                        ("cell", ("dist_init", "collective"))):
+    for kind, names in type(magics).magics.items():  # every magic the class declares
         for name in names:
             shell.magics_manager.magics[kind].pop(name, None)

@@ -19,6 +19,7 @@ from . import (
     capture,
     cells,
     cpplog,
+    debugmode,
     envplan,
     follow,
     netinfo,
@@ -29,14 +30,7 @@ from . import (
     tunnel,
 )
 from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig
-from .errors import (
-    ConfigError,
-    DriveError,
-    JoinError,
-    NotInitializedError,
-    StoppedError,
-    StoreConnectionError,
-)
+from .errors import ConfigError, DriveError, JoinError, NotInitializedError, StoppedError, StoreConnectionError
 from .guard import Guard, request_stop
 from .heartbeat import Heartbeat
 from .hooks import Collectives
@@ -100,6 +94,7 @@ class Session:
         self.following = False
         self.workers: Workers | None = None  # local worker kernels (%dist_init --spawn)
         self.cell_entered = False  # whether the running notebook cell's %%collective reached the protocol
+        self.debug = debugmode.DebugMode()  # the world's %dist_debug switch, as applied here
 
     # --- joining ------------------------------------------------------------
     def prepare(self) -> None:
@@ -302,6 +297,7 @@ class Session:
             self.npu_seen = {key: os.environ.get(key) for key in envplan.READ_ONCE}
             self.npu_seen_when = _BUILT_HCCL
         prefix = f"nbdist/r/{world.round}/pg/{world.gen}/{tag}/"
+        self.debug.before_build(world, self.choice.backend, self.environ_for_config())
 
         def build() -> ProcessGroup:
             return ProcessGroup(self.choice.backend, store, prefix, world.rank, world.world_size, self.pg_timeout)
@@ -328,7 +324,8 @@ class Session:
         if pg is None:
             why = "this rank had no process group yet"
         elif pg.gen != gen:
-            why = f"the world moved to generation {gen} (a rank rejoined, or another rank's group failed)"
+            why = self.debug.why_moved(world) or (f"the world moved to generation {gen} (a rank rejoined, or "
+                                                  "another rank's group failed)")
         else:
             why = pg.reason if pg.broken else "the notebook's code destroyed the process group"
             world.bump_generation(gen)  # our own group of this generation: tell the others
@@ -546,6 +543,7 @@ class Session:
             self.world = None
         self.hooks.active, self.hooks.pg = None, None
         destroy_default()
+        self.debug.restore()
         self._restore_environment(keep=self._early)
         if self.watch_client is not None:
             self.watch_client.close()

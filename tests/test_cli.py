@@ -76,3 +76,12 @@ def test_the_console_script_is_installed():
     exe = os.path.join(os.path.dirname(sys.executable), "nbdist")
     proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "nbdist" in proc.stdout
+
+
+def test_help_lists_every_command():
+    exe = os.path.join(os.path.dirname(sys.executable), "nbdist")
+    proc = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    for command in ("demo", "run", "bench", "serve", "env", "doctor", "stop"):
+        assert command in proc.stdout
+    assert "%dist_stop" in proc.stdout  # argparse's %-formatting must not eat the magic's name

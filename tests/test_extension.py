@@ -96,7 +96,7 @@ def test_unload_and_reload_tear_down_cleanly():
         r = k.execute("%%collective\nx = 1\n")
         assert r.status == "error" and r.error["ename"] == "UsageError", r.error
         assert r.error["evalue"] == "Cell magic `%%collective` not found."
-        for line_magic in ("dist_status", "dist_destroy"):
+        for line_magic in ("dist_status", "dist_destroy", "dist_bench", "dist_debug", "dist_dashboard"):
             r = k.execute(f"%{line_magic}")
             assert r.status == "error" and r.error["ename"] == "UsageError", r.error
             assert r.error["evalue"] == f"Line magic function `%{line_magic}` not found."
