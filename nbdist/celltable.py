@@ -23,11 +23,10 @@ from typing import Any
 
 from . import sanitize
 from .align import align
-from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, text_html
+from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, STDERR_STYLE, TABLE_STYLE, text_html
 from .shrink import DROPPED  # in a bundle: what was left out to fit the store, and why
 
 _B64 = re.compile(r"^[A-Za-z0-9+/=\s]+$")
-_STDERR_STYLE = "background:rgba(255,0,0,0.08)"
 _HTML_STYLE = "max-width:100%;overflow:auto"
 _SOURCE_SHOWN = {"image/svg+xml": "SVG", "text/markdown": "Markdown", "text/latex": "LaTeX"}
 FULL_TRACEBACK = "[full traceback, nbdist's frames included]"
@@ -85,7 +84,7 @@ def output_piece(output: dict[str, Any]) -> Piece:
         return _bundle_piece("display", output.get("data") or {})
     text = str(output.get("text", ""))
     if kind == "stderr":
-        return Piece(kind, text, _pre(text, _STDERR_STYLE), f"stderr\0{text}")
+        return Piece(kind, text, _pre(text, STDERR_STYLE), f"stderr\0{text}")
     if kind == "note":
         return Piece(kind, text, f"<small><i>{html.escape(text)}</i></small>", f"note\0{text}")
     return Piece("stdout", text, _pre(text), f"stdout\0{text}")
@@ -178,7 +177,7 @@ class CellTable:
             body.append(f'<tr><th style="{style}">{html.escape(row.label)}{note}</th>{tds}</tr>')
         foot = f"<div><small>{html.escape(self.footer)}</small></div>" if self.footer else ""
         return (f'<div class="nbdist"><div><b>{html.escape(self.title)}</b></div>'
-                f'<table style="border-collapse:collapse"><thead><tr><th style="{CELL_STYLE}"></th>'
+                f'<table style="{TABLE_STYLE}"><thead><tr><th style="{CELL_STYLE}"></th>'
                 f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{foot}</div>")
 
     def __repr__(self) -> str:

@@ -11,12 +11,31 @@ from __future__ import annotations
 
 import functools
 import html
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-DIFF_STYLE = "background:rgba(255,170,0,0.15)"
-CELL_STYLE = "text-align:left;vertical-align:top;padding:2px 8px;border:1px solid rgba(128,128,128,0.35)"
+# Colours. Where the frontend has a theme (JupyterLab's and Notebook 7's --jp-* variables, light or dark),
+# borders, text and the stderr tint take its colours; elsewhere the var()'s fallback applies. Each var()
+# follows a plain declaration of the same property, so that a sanitiser which drops var() (JupyterLab's, for
+# an untrusted notebook) leaves the plain one in place. Fallbacks are plain values: nh3 mangles a var()
+# whose fallback is itself a function (rgba(...)). Tints are translucent, so they suit any background;
+# the text keeps the theme's colour (no fallback to black, which a dark frontend without --jp-* would hide).
+BORDER_STYLE = "border:1px solid rgba(128,128,128,0.35);border-color:var(--jp-border-color1, #80808059)"
+TEXT_STYLE = "color:var(--jp-content-font-color1, inherit)"
+TABLE_STYLE = f"border-collapse:collapse;{TEXT_STYLE}"
+DIFF_STYLE = "background:rgba(255,170,0,0.15)"  # JupyterLab's warn colours are opaque, and light in both themes
+STDERR_STYLE = "background:rgba(255,0,0,0.08);background-color:var(--jp-rendermime-error-background, #ff000014)"
+CELL_STYLE = f"text-align:left;vertical-align:top;padding:2px 8px;{BORDER_STYLE}"
 PRE_STYLE = "margin:0;white-space:pre-wrap;word-break:break-word;font-size:12px;background:none"
+# ansi2html's default terminal colours -> those JupyterLab gives the same escapes in a plain cell's output,
+# mid-tones that read on its light and its dark theme (ansi2html's dark blue, #0000aa, vanishes on dark).
+_JUPYTERLAB_ANSI = dict(zip(
+    ("#000316", "#aa0000", "#00aa00", "#aa5500", "#0000aa", "#e850a8", "#00aaaa", "#f5f1de",
+     "#7f7f7f", "#ff0000", "#00ff00", "#ffff00", "#5c5cff", "#ff00ff", "#00ffff", "#ffffff"),
+    ("#3e424d", "#e75c58", "#00a250", "#ddb62b", "#208ffb", "#d160c4", "#60c6c8", "#c5c1b4",
+     "#282c36", "#b22b31", "#007427", "#b27d12", "#0065ca", "#a03196", "#258f8f", "#a1a6b2"), strict=True))
+_ANSI_COLOUR = re.compile(r"((?:background-)?color: )(#[0-9a-fA-F]{6})")
 
 
 @functools.lru_cache(maxsize=1)
@@ -30,7 +49,8 @@ def text_html(text: str) -> str:
     """Rank text as HTML: escaped, with terminal colours (ANSI escapes) turned into styled spans."""
     if "\x1b[" not in text:
         return html.escape(text)
-    return _ansi().convert(text, full=False)  # escapes the text itself; colours become inline styles
+    spans = _ansi().convert(text, full=False)  # escapes the text itself; colours become inline styles
+    return _ANSI_COLOUR.sub(lambda m: m[1] + _JUPYTERLAB_ANSI.get(m[2].lower(), m[2]), spans)
 
 
 @dataclass
@@ -87,7 +107,7 @@ class SideBySide:
         foot = f"<div><small>{html.escape(self.footer)}</small></div>" if self.footer else ""
         return (
             f'<div class="nbdist"><div><b>{html.escape(self.title)}</b></div>'
-            f'<table style="border-collapse:collapse"><thead><tr><th style="{CELL_STYLE}"></th>'
+            f'<table style="{TABLE_STYLE}"><thead><tr><th style="{CELL_STYLE}"></th>'
             f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{foot}</div>"
         )
 

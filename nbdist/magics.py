@@ -433,12 +433,57 @@ class DistMagics(Magics):
         table.add("last lines", [Cell("\n".join(r["log"])) for r in rows])
         display(table)
 
+    dashboard: Any = None  # the %dist_dashboard running in this kernel (nbdist.dashboard.Dashboard), if any
+
+    @magic_arguments()
+    @argument("--once", action="store_true",
+              help="print one text snapshot and return: no widget, no thread (nbconvert, headless runs)")
+    @argument("--stop", action="store_true", help="stop the dashboard running here; its last snapshot stays")
+    @line_magic
+    def dist_dashboard(self, line: str) -> None:
+        """Show every rank live: joined or left, heartbeat, host, device, what it does, its last error.
+
+        An ipywidgets panel, updated at most twice a second from a background
+        thread (on a store connection of its own) while other cells of this
+        notebook run. "What it does": the %%collective it runs, the collective
+        it has been inside for over 0.5 s, or the barrier it waits at. Its
+        "stop all ranks" button does what %dist_stop does, once this kernel is
+        idle (a cell running here holds the click: the toolbar's stop button
+        ends that cell). Where widgets do not render (nbconvert, a terminal)
+        the output's text is a snapshot, the last one once the dashboard stops.
+        It stops with %dist_destroy, %unload_ext nbdist, kernel exit, leaving
+        the world (a new %%dist_init), --stop, or a new %dist_dashboard.
+        """
+        args = parse_argstring(self.dist_dashboard, line)
+        if args.stop:
+            self._stop_dashboard("%dist_dashboard --stop")
+            return
+        from .dashboard import Dashboard, snapshot
+
+        self.session.require_world("%dist_dashboard")
+        if self.session.hooks.active is not None:
+            raise UsageError("%dist_dashboard shows this notebook's own panel: run it in a plain cell, not in a "
+                             "%%collective")
+        if args.once:
+            print(snapshot(self.session))
+            return
+        self._stop_dashboard("replaced by a new %dist_dashboard")
+        self.dashboard = Dashboard.start(self.session)
+        self.dashboard.show()
+
+    def _stop_dashboard(self, why: str) -> None:
+        """Stop the running %dist_dashboard, if any (idempotent)."""
+        if self.dashboard is not None:
+            self.dashboard.stop(why)
+            self.dashboard = None
+
     @line_magic
     def dist_destroy(self, line: str) -> None:
         """Leave the world: destroy the process group; other ranks see it in %dist_status."""
         if self.session.world is None:
             print("nbdist: this notebook is not in a world")
             return
+        self._stop_dashboard("this notebook left the world (%dist_destroy)")
         self.session.leave()
         print("nbdist: left the world (a rendezvous server hosted here keeps running)")
 
@@ -564,6 +609,7 @@ def unload(shell: Any) -> None:
     magics = shell.magics_manager.registry.pop(_NAME, None)
     if magics is None:
         return
+    magics._stop_dashboard("nbdist was unloaded")
     magics.session.close()
     atexit.unregister(magics.session.close_at_exit)
     for event, callback in (("pre_run_cell", magics.session.before_cell), ("post_run_cell", magics.session.after_cell)):

@@ -290,7 +290,7 @@ def test_terminal_colours_are_rendered_not_shown_as_escape_codes(world):
     for r in ok(kernels.execute_all(world, "%%collective\nprint('\\x1b[31mred\\x1b[0m <b>', RANK)\n", timeout=60)):
         html = r.displays()[-1]
         assert "\x1b" not in html
-        assert '<span style="color: #aa0000">red</span>' in html and "&lt;b&gt;" in html
+        assert '<span style="color: #e75c58">red</span>' in html and "&lt;b&gt;" in html  # JupyterLab's red
 
 
 @pytest.mark.timeout(120)
