@@ -39,7 +39,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.magics import ExtensionMagics
 
-from nbdist import ascend, backends, cli, config, envplan, kernels
+from nbdist import ascend, backends, bench, cli, config, envplan, kernels
 from nbdist.magics import DistMagics
 from nbdist.netinfo import Route
 from nbdist.store import probe
@@ -147,6 +147,25 @@ SKIP = {
         "flags are checked",
     r"python benchmarks/vs_peers\.py(?: .*)?": "a benchmark of the peers (ipyparallel, nbdistributed: optional, "
                                               "from the network); the script and its flags are checked",
+    r"(?:r = )?%dist_bench(?: .*)?": "measures for seconds on every rank: tests/test_bench.py::"
+                                     "test_the_bench_on_2_ranks_shows_a_table_and_a_plot_and_returns_every_op_and_size "
+                                     "runs it; its flags are parsed here",
+    r"nbdist bench(?: .*)?": "starts a kernel and workers: tests/test_bench.py::"
+                             "test_nbdist_bench_prints_the_table_writes_the_plot_and_leaves_no_worker runs it",
+    r"%dist_debug(?: .*)?": "rebuilds the process group on every rank: tests/test_debug.py::"
+                            "test_dist_debug_on_in_one_notebook_rebuilds_every_rank_with_detail_and_off_puts_back_"
+                            "what_was_there runs it",
+    r"%%collective --no-check": "tests/test_faults.py::test_no_check_turns_the_comparison_off runs it",
+    r"%%collective --trace": "tests/test_cheap_checks.py::"
+                             "test_trace_records_every_collective_in_order_and_names_the_late_rank runs it",
+    r"python examples/what_you_see/make_trace_screenshot\.py": "needs Chromium, Playwright and JupyterLab (the lab "
+                                                               "extra); it took examples/what_you_see/trace.png",
+    r"python benchmarks/bench_vs_raw\.py(?: .*)?": "a benchmark of minutes; the script and its flags are checked",
+    r"%dist_dashboard(?: --once| --stop)?": "a widget with a thread: tests/test_dashboard.py runs it in a "
+                                            "two-kernel world, tests/test_browser.py in JupyterLab",
+    r"python examples/what_you_see/make_browser_screenshots\.py(?: .*)?":
+        "needs Chromium, Playwright and JupyterLab; it runs tests/test_browser.py and took the committed PNGs",
+    r'python -m pytest -m "not browser"': "the suite itself, less the browser file: .ci/run runs all of it",
     r"%%px": "ipyparallel's magic, named for comparison: not nbdist's",
     r"%%distributed": "nbdistributed's magic, named for comparison: not nbdist's",
 }
@@ -510,6 +529,8 @@ def actual_defaults() -> dict[str, dict[str, object]]:
                               "the default hccl plan": planned.get("HCCL_EXEC_TIMEOUT")},
         "HCCL_WHITELIST_DISABLE": {"the default hccl plan": planned.get("HCCL_WHITELIST_DISABLE")},
         "serve --host": {"nbdist serve --host": action(cli_["serve"], "--host").default},
+        "dist_bench --iters": {"bench.DEFAULT_ITERS": bench.DEFAULT_ITERS},
+        "dist_bench --warmup": {"bench.DEFAULT_WARMUP": bench.DEFAULT_WARMUP},
     }
 
 

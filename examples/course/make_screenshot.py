@@ -20,7 +20,7 @@ from nbclient import NotebookClient
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "what_you_see"))
 
-from make_screenshots import _free_port, lab_page  # noqa: E402
+from make_screenshots import _free_port, lab_page, save_element  # noqa: E402
 
 CELL = "all-gather"
 
@@ -40,12 +40,7 @@ def execute(folder: Path, ranks: int) -> Path:
 def screenshot(folder: Path, out: Path, chromium: str, theme: str) -> Path:
     with lab_page(folder, "2_collectives.ipynb", chromium, theme) as page:
         table = page.locator(".jp-OutputArea-output .nbdist").filter(has_text="after all_gather").first
-        table.scroll_into_view_if_needed()
-        page.wait_for_timeout(500)
-        path = out / ("all_gather.png" if theme == "light" else f"all_gather-{theme}.png")
-        table.screenshot(path=str(path))
-        print(f"wrote {path}")
-        return path
+        return save_element(page, table, out, "all_gather", theme)
 
 
 def main() -> None:

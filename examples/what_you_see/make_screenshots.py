@@ -134,6 +134,16 @@ def lab_page(folder: Path, notebook: str, chromium: str, theme: str) -> Iterator
         lab.wait(timeout=20)
 
 
+def save_element(page: Any, element: Any, out: Path, stem: str, theme: str) -> Path:
+    """Screenshot one element of ``page`` as ``out/stem.png`` (``stem-dark.png`` in the dark theme)."""
+    element.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    path = out / (f"{stem}.png" if theme == "light" else f"{stem}-{theme}.png")
+    element.screenshot(path=str(path))
+    print(f"wrote {path}")
+    return path
+
+
 def screenshot(folder: Path, out: Path, chromium: str, theme: str = "light") -> None:
     with lab_page(folder, "rank0.ipynb", chromium, theme) as page:
         tables = page.locator(".jp-OutputArea-output .nbdist")
