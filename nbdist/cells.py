@@ -249,7 +249,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     try:
         world.barrier(f"{cell}/out", timeout, f"{label} (end)",
                       on_tick=lambda: _end_tick(world, cell, live, flags, body_started),
-                      working=lambda _, last: last.get("body") == cell and _within_max_time(flags, body_started))
+                      working=lambda _, last: at_work(cell, last) and _within_max_time(flags, body_started))
     except (NbdistError, KeyboardInterrupt) as exc:
         if world.pg is not None:
             world.pg.distrust(f"the end of {label} was not reached by every rank")
@@ -269,6 +269,12 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     elif rebuilt is not None:
         outcome.holders = procgroup.holders(shell.user_ns)
     return outcome
+
+
+def at_work(cell: str, last: dict[str, Any]) -> bool:
+    """Whether a rank's last note says it is still at work in ``cell``'s body: running it (inside a collective
+    or not), or waiting in it for a collective's comparison."""
+    return last.get("body") == cell or str(last.get("barrier", "")).startswith(f"{cell}/fp/")
 
 
 def _within_max_time(flags: Flags, started: float) -> bool:

@@ -201,15 +201,25 @@ class CellWatch:
             self.world.pg.cut(self.reason.get("message", ""))
 
     def _note_long_collective(self) -> None:
-        """Tell the others (and %dist_status) which collective this rank has been inside for a while."""
+        """Tell the others (and %dist_status) which collective this rank has been inside for a while.
+
+        The note keeps saying that the rank runs this cell's body (the others' end barrier waits for a
+        rank at work in it), and is taken back when the collective ends.
+        """
         inside = self.checker.inside
+        if inside is None and self._noted is not None:
+            self._noted = None
+            self._note({"what": f"running {self.cell_label}"})
+            return
         if inside is None or inside == self._noted or time.monotonic() - inside[1] < LONG_COLLECTIVE:
             return
         self._noted = inside
+        self._note({"what": f"inside {inside[0]} of {self.cell_label}", "collective": inside[0]})
+
+    def _note(self, record: dict[str, Any]) -> None:
+        body = {} if self.plain else {"body": self.cell}
         try:
-            self.client.set_json(self.world.key(f"last/{self.world.rank}"),
-                                 {"what": f"inside {inside[0]} of {self.cell_label}", "t": time.time(),
-                                  "collective": inside[0]})
+            self.client.set_json(self.world.key(f"last/{self.world.rank}"), {**record, "t": time.time(), **body})
         except StoreConnectionError as exc:
             log.info("could not note the collective: %s", exc)
 
