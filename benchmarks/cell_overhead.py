@@ -137,11 +137,11 @@ _nbdist_bench = _nb_json.dumps(_nb_bench)
 
 # Installs timing wrappers in one kernel (only in this benchmark's kernels; nbdist is not changed):
 # store operations on the world's own connection, World.barrier, Session.collective,
-# capture.run_cell, the magic's cell_table(), display() and parse_argstring, and the %%collective magic
-# as registered. Samples go to _nb_prof.
+# capture.run_cell, the final table's cell_table() and display() (nbdist.outcome_view), parse_argstring,
+# and the %%collective magic as registered. Samples go to _nb_prof.
 PROFILE_CODE = """\
 import collections as _nb_collections, time as _nb_time
-from nbdist import capture as _nb_capture, magics as _nb_magics
+from nbdist import capture as _nb_capture, magics as _nb_magics, outcome_view as _nb_view
 _nb_prof = _nb_collections.defaultdict(list)
 _nb_sess = get_ipython().magics_manager.registry["DistMagics"].session
 
@@ -166,8 +166,8 @@ for _nb_op in ("set", "get", "add", "compare_set", "wait", "multi_get", "check")
 _nb_wrap(type(_nb_sess.world), "barrier", "World.barrier")
 _nb_wrap(type(_nb_sess), "collective", "Session.collective")
 _nb_wrap(_nb_capture, "run_cell", "capture.run_cell")
-_nb_wrap(_nb_magics, "cell_table", "cell_table (the final table)")
-_nb_wrap(_nb_magics, "display", "display(table) (format + publish)")
+_nb_wrap(_nb_view, "cell_table", "cell_table (the final table)")
+_nb_wrap(_nb_view, "display", "display(table) (format + publish)")
 _nb_wrap(_nb_magics, "parse_argstring", "parse_argstring")
 _nb_cells = get_ipython().magics_manager.magics["cell"]
 _nb_cells["collective"] = _nb_timed("%%collective magic", _nb_cells["collective"])

@@ -54,10 +54,7 @@ def last_trace() -> list[dict]:
     since that rank left the cell's start barrier). ``nbdist.trace.lateness(calls)`` groups them per
     collective with who arrived last and each rank's wait.
     """
-    from IPython import get_ipython
+    from .magics import registered
 
-    from .magics import _NAME
-
-    shell = get_ipython()
-    magics = shell.magics_manager.registry.get(_NAME) if shell is not None else None
+    magics = registered()
     return list(magics.last_trace) if magics is not None else []

@@ -21,14 +21,14 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from . import cells
 from .benchreport import OPS, BenchResults, element_count, format_size, parse_ops, parse_sizes, row
 from .config import TIMEOUTS
-from .errors import ConfigError
+from .errors import ConfigError, NbdistError
 
 DEFAULT_SIZES = "8:16M"
 DEFAULT_ITERS = 20
@@ -117,6 +117,32 @@ def run(session: Any, s: Spec, sink: list[dict[str, Any]], timeout: float = TIME
     if error is not None:
         raise error
     return BenchResults(sink)
+
+
+def run_shown(session: Any, s: Spec) -> BenchResults:
+    """:func:`run`, shown in this notebook: a status line, then the table (partial on a stop) and the plot."""
+    from IPython.display import display
+
+    from .benchreport import BenchPlot, BenchTable, plot_png
+    from .display import Message
+
+    world = session.world
+    where = (world.world_size, session.choice.backend, session.device)
+    heading = title(s, *where)
+    handle = display(Message(f"nbdist: %dist_bench on {world.world_size} ranks: {s.describe()}…"), display_id=True)
+    rows: list[dict[str, Any]] = []
+    try:
+        results = run(session, s, rows)
+    except (NbdistError, KeyboardInterrupt) as exc:
+        stopped = f"{type(exc).__name__}: {len(rows)} of {len(s.ops) * len(s.sizes)} measured"
+        handle.update(BenchTable(rows, f"{heading} · partial ({stopped})") if rows
+                      else Message(f"nbdist: %dist_bench stopped before any size was measured ({stopped})"))
+        raise
+    handle.update(BenchTable(results, heading))
+    png = plot_png(results, title(s, *where, short=True))
+    display(BenchPlot(png, "%dist_bench plot: busbw against size, log-log") if png is not None
+            else Message("nbdist: no plot: matplotlib is not installed (pip install matplotlib)"))
+    return results
 
 
 # --- on every rank, inside the body ---------------------------------------------------------------
@@ -217,23 +243,12 @@ def _median_seconds(step: Callable[[], None], iters: int, warmup: int, sync: Cal
 
 def _checker() -> Any:
     """The running cell's fingerprint checker on this kernel (None outside a %%collective body)."""
-    from IPython import get_ipython
+    from .magics import registered
 
-    shell = get_ipython()
-    magics = shell.magics_manager.registry.get("DistMagics") if shell is not None else None
+    magics = registered()
     return None if magics is None else magics.session.hooks.active
 
 
-@contextlib.contextmanager
-def _inside(checker: Any, what: str) -> Iterator[None]:
+def _inside(checker: Any, what: str) -> contextlib.AbstractContextManager[None]:
     """Tell the cell's watcher the body is inside a collective (it cuts the group on a stop, and names it)."""
-    if checker is None:
-        yield
-        return
-    with checker.lock:
-        checker.inside = (what, time.monotonic())
-    try:
-        yield
-    finally:
-        checker.inside = None
-
+    return contextlib.nullcontext() if checker is None else checker.marked(what)

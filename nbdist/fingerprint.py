@@ -16,10 +16,11 @@ after the stop could wait for ever.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -243,6 +244,16 @@ class Checker:
     def checks(self) -> dict[str, Any]:
         """What this rank publishes at the end of the body so that the ranks compare their collectives."""
         return summary(self.histories, self.sigs)
+
+    @contextlib.contextmanager
+    def marked(self, what: str) -> Iterator[None]:
+        """Mark the body as inside ``what`` while it calls collectives nbdist does not wrap (%dist_bench's)."""
+        with self.lock:
+            self.inside = (what, time.monotonic())
+        try:
+            yield
+        finally:
+            self.inside = None
 
     def _can_wait_here(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """Whether nbdist may run this call as async_op and wait for it itself (a blocking call the user made)."""

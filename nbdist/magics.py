@@ -10,14 +10,12 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.display import display, update_display
+from IPython.display import display
 
-from . import backends, cells, config, doctor, envplan, follow, spawn, trace
-from .celltable import cell_table
+from . import backends, cells, config, doctor, envplan, follow, outcome_view, spawn
 from .display import Cell, JoinStatus, Message, SideBySide, Source, summary_table
 from .errors import ConfigError, NbdistError, NotInitializedError
 from .session import Session
-from .timeline import Timeline
 
 _NAME = "DistMagics"
 
@@ -197,11 +195,9 @@ class DistMagics(Magics):
         world = self.session.world
         if world is None:
             return
-        _show_cell(world, outcome)
-        calls = trace.merge(outcome.captures)
-        if any(c is not None and "trace" in c for c in outcome.captures):
+        calls = outcome_view.show(world, outcome)
+        if calls is not None:
             self.last_trace = calls
-            display(Timeline(calls, world.world_size, f"%%collective #{outcome.number}"))
 
     @magic_arguments()
     @argument("--backend", default=None, help="gloo, nccl or hccl (default: this world's, else auto)")
@@ -333,7 +329,6 @@ class DistMagics(Magics):
         ranks' with PeerFailedError).
         """
         from . import bench
-        from .benchreport import BenchPlot, BenchTable, plot_png
 
         args = parse_argstring(self.dist_bench, line)
         world = self.session.require_world("%dist_bench")
@@ -341,23 +336,7 @@ class DistMagics(Magics):
             spec = bench.spec(args.ops, args.sizes, args.iters, args.warmup, args.dtype, world.world_size)
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
-        where = (world.world_size, self.session.choice.backend, self.session.device)
-        title = bench.title(spec, *where)
-        handle = display(Message(f"nbdist: %dist_bench on {world.world_size} ranks: {spec.describe()}…"),
-                         display_id=True)
-        rows: list[dict[str, Any]] = []
-        try:
-            results = bench.run(self.session, spec, rows)
-        except (NbdistError, KeyboardInterrupt) as exc:
-            stopped = f"{type(exc).__name__}: {len(rows)} of {len(spec.ops) * len(spec.sizes)} measured"
-            handle.update(BenchTable(rows, f"{title} · partial ({stopped})") if rows
-                          else Message(f"nbdist: %dist_bench stopped before any size was measured ({stopped})"))
-            raise
-        handle.update(BenchTable(results, title))
-        png = plot_png(results, bench.title(spec, *where, short=True))
-        display(BenchPlot(png, "%dist_bench plot: busbw against size, log-log") if png is not None
-                else Message("nbdist: no plot: matplotlib is not installed (pip install matplotlib)"))
-        return results
+        return bench.run_shown(self.session, spec)
 
     @line_magic
     def dist_stop(self, line: str) -> None:
@@ -502,34 +481,6 @@ def _seconds(name: str, value: Any) -> float:
         raise UsageError(str(exc)) from None
 
 
-def _show_cell(world: Any, outcome: cells.Outcome) -> None:
-    captures = outcome.captures
-    shown = [c or {"outputs": [{"kind": "note", "text": "(no result from this rank)"}], "wall": 0.0} for c in captures]
-    title = f"%%collective #{outcome.number} · {world.world_size} ranks"
-    if any(c is None for c in captures):
-        title += " · partial: some ranks sent no result"
-    table = cell_table(title, world.ranks, shown)
-    table.footer = _group_note(outcome)
-    if outcome.live_id is not None:  # the final table replaces the live one, in place
-        update_display(table, display_id=outcome.live_id)
-    elif table.rows:  # like a plain cell, a cell that showed nothing on any rank shows nothing
-        display(table)
-    elif table.footer:
-        display(Message(table.footer))
-
-
-def _group_note(outcome: cells.Outcome) -> str:
-    """What happened to the process group, and what user code must re-create."""
-    held = ", ".join(outcome.holders) or "DDP models and groups made with new_group"
-    if outcome.distrusted:
-        return (f"nbdist: the process group cannot be trusted after this cell ({outcome.distrusted}); every rank "
-                f"rebuilds it at the next %%collective. After that, re-create what held the old one: {held}.")
-    if outcome.rebuilt:
-        again = f" Re-create what held the old one: {held}." if outcome.holders else ""
-        return f"nbdist: the process group was rebuilt before this cell ({outcome.rebuilt}).{again}"
-    return ""
-
-
 def _version_note(ranks: list[dict[str, Any]]) -> str:
     notes = []
     for key in ("torch", "nbdist"):
@@ -572,12 +523,17 @@ def _last(row: dict[str, Any]) -> str:
     return f"{row['last']} ({row['last_age']:.0f} s ago)"
 
 
-def current_device() -> Any:
-    """This kernel's rank device (``nbdist.get_device()``)."""
+def registered() -> DistMagics | None:
+    """This kernel's nbdist magics (and so its session), if the extension is loaded."""
     from IPython import get_ipython
 
     shell = get_ipython()
-    magics = shell.magics_manager.registry.get(_NAME) if shell is not None else None
+    return shell.magics_manager.registry.get(_NAME) if shell is not None else None
+
+
+def current_device() -> Any:
+    """This kernel's rank device (``nbdist.get_device()``)."""
+    magics = registered()
     if magics is None or magics.session.world is None:
         raise NotInitializedError("nbdist.get_device()")
     return magics.session.device
