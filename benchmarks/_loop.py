@@ -27,7 +27,7 @@ import statistics
 import time
 from typing import Any
 
-from nbdist import kernels
+from nbdist.drive import kernels
 
 SETUP = """\
 import time as _nb_time, torch as _nb_torch, torch.distributed as _nb_dist
@@ -134,8 +134,8 @@ def recording_cost(n: int = 50_000) -> tuple[float, float]:
     import torch
     import torch.distributed as dist
 
-    from nbdist.fingerprint import Checker
-    from nbdist.hooks import Collectives
+    from nbdist.cell.fingerprint import Checker
+    from nbdist.cell.hooks import Collectives
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,7 +1,7 @@
 """How much of a plain torch loop's bandwidth ``%dist_bench`` measures, in the same kernels, same run.
 
 For each world size N (``--world-sizes``, default 2) this starts N local Jupyter kernels through
-:mod:`nbdist.kernels` and forms one world on a free loopback port (``%load_ext nbdist`` then
+:mod:`nbdist.drive.kernels` and forms one world on a free loopback port (``%load_ext nbdist`` then
 ``%%dist_init`` in every kernel: peer notebooks, so that a plain cell runs on every rank). Then,
 ``--runs`` times (default 7), the two kinds alternate, which one goes first swapping run by run:
 
@@ -11,7 +11,7 @@ For each world size N (``--world-sizes``, default 2) this starts N local Jupyter
       nbdist's wrappers, so neither kind pays nbdist's per-collective checks), W untimed calls, then
       I calls each timed with ``time.perf_counter`` (after ``synchronize`` on cuda/npu); per rank the
       median; the slowest rank's median is the time, and busbw follows as for the bench
-      (:func:`nbdist.benchreport.row`).
+      (:func:`nbdist.measure.benchreport.row`).
 
 Per op and size it prints the median busbw of each kind over the runs, their ratio (a) / (b), and
 every run's ratio (a run's (a) over the (b) next to it); then the median of the per-op-and-size
@@ -41,8 +41,9 @@ import time
 
 from _common import load_note
 
-from nbdist import kernels, netinfo
-from nbdist.benchreport import OPS, format_size, parse_ops, parse_sizes, row
+from nbdist.drive import kernels
+from nbdist.measure.benchreport import OPS, format_size, parse_ops, parse_sizes, row
+from nbdist.world import netinfo
 
 TARGET_RATIO = 0.95
 TARGET = "target: nbdist bench measures >= 0.95 of a plain torch loop's bandwidth (median ratio over ops and sizes)"
@@ -150,7 +151,7 @@ def run_plain(ks: list[kernels.Kernel], code: str, itemsize: int, dtype: str) ->
 
 def run_size(n: int, args: argparse.Namespace) -> list[float]:
     """Every run at world size ``n``; prints the table; returns the per-op-and-size ratios of medians."""
-    from nbdist.benchreport import element_count
+    from nbdist.measure.benchreport import element_count
 
     itemsize = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}[args.dtype]
     ops = [op for op in args.ops if n > 1 or op != "send_recv"]

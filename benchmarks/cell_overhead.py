@@ -1,10 +1,10 @@
 """What a ``%%collective`` cell costs over a plain cell, seen from the notebook client.
 
 For each world size N (``--world-sizes``, default 2,4) this starts N local
-Jupyter kernels through :mod:`nbdist.kernels`, forms one world on a free
+Jupyter kernels through :mod:`nbdist.drive.kernels`, forms one world on a free
 loopback port (``%load_ext nbdist`` then ``%%dist_init`` in every kernel), and
 times, from the client, an execute request until every rank's cell is idle
-(one :func:`nbdist.kernels.execute_all` call for all ranks together) for:
+(one :func:`nbdist.drive.kernels.execute_all` call for all ranks together) for:
 
   (a) a plain cell ``x = 1``
   (b) a trivial ``%%collective`` cell ``x = 1``
@@ -20,12 +20,12 @@ Unless ``--inner 0``, it then also times, inside the kernels (every rank at
 once, in one plain cell), the pieces a ``%%collective`` cell is made of:
 ``Session.collective`` (barrier, body, publish, barrier, gather), one
 ``World.barrier``, ``capture.run_cell`` of the body, rendering the side-by-side
-table (:func:`nbdist.celltable.cell_table`, what ``display`` formats), and a
+table (:func:`nbdist.view.celltable.cell_table`, what ``display`` formats), and a
 bare ``dist.all_reduce``.
 
 At 2 ranks, unless ``--live-runs 0``, it then measures what the live table
 (published from 0.5 s into a body, updated twice a second by the watcher
-thread: :mod:`nbdist.live`) costs a busy body. The body is fixed work: 10
+thread: :mod:`nbdist.cell.live`) costs a busy body. The body is fixed work: 10
 steps of pure-Python arithmetic, each step's iteration count calibrated once
 (every rank at once) to take about 1 s here, a line printed after each step
 so the live table has new output to show. A slower body therefore shows as a
@@ -77,7 +77,7 @@ from typing import Any
 from _common import load_note
 from _loop import report_loop, time_loop
 
-from nbdist import kernels
+from nbdist.drive import kernels
 
 KINDS = [
     ("plain", "(a) plain cell  x = 1", "x = 1"),
@@ -95,7 +95,8 @@ TARGET = "target: trivial %%collective adds <= 3 ms median over a plain cell at 
 INNER_CODE = """\
 import json as _nb_json, time as _nb_time
 import torch as _nb_torch, torch.distributed as _nb_dist
-from nbdist import capture as _nb_capture, cells as _nb_cells, celltable as _nb_celltable
+from nbdist.cell import capture as _nb_capture, cells as _nb_cells
+from nbdist.view import celltable as _nb_celltable
 _nb_shell = get_ipython()
 _nb_session = _nb_shell.magics_manager.registry["DistMagics"].session
 _nb_world = _nb_session.world
@@ -137,11 +138,12 @@ _nbdist_bench = _nb_json.dumps(_nb_bench)
 
 # Installs timing wrappers in one kernel (only in this benchmark's kernels; nbdist is not changed):
 # store operations on the world's own connection, World.barrier, Session.collective,
-# capture.run_cell, the final table's cell_table() and display() (nbdist.outcome_view), parse_argstring,
+# capture.run_cell, the final table's cell_table() and display() (nbdist.cell.outcome_view), parse_argstring,
 # and the %%collective magic as registered. Samples go to _nb_prof.
 PROFILE_CODE = """\
 import collections as _nb_collections, time as _nb_time
-from nbdist import capture as _nb_capture, magics as _nb_magics, outcome_view as _nb_view
+from nbdist import magics as _nb_magics
+from nbdist.cell import capture as _nb_capture, outcome_view as _nb_view
 _nb_prof = _nb_collections.defaultdict(list)
 _nb_sess = get_ipython().magics_manager.registry["DistMagics"].session
 
@@ -211,7 +213,7 @@ def _nb_rate():
 # returns what they saw and starts afresh; _nb_live_restore() puts the originals back.
 LIVE_PROFILE_CODE = """\
 import threading as _nb_threading, time as _nb_time
-from nbdist import live as _nb_live, watch as _nb_watch
+from nbdist.cell import live as _nb_live, watch as _nb_watch
 _nb_live_seen = {"ticks": [], "watch": []}
 _nb_live_orig = (_nb_live.LiveTable.tick, _nb_watch.CellWatch._run)
 

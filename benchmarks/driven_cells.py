@@ -15,7 +15,7 @@ default 2 4) it
      and runs ``%%px``, exactly as ``vs_peers.py`` starts them (its
      :class:`vs_peers.Ipyparallel`, sized to N);
   2. times from the client, as ``vs_peers.py`` does (one execute request
-     through :mod:`nbdist.kernels` until that one kernel is idle):
+     through :mod:`nbdist.drive.kernels` until that one kernel is idle):
      (a) ``x = 1``, (b) ``%%collective`` / ``x = 1`` in the driving kernel,
      (c) ``%%px`` / ``x = 1`` in the client kernel; one of each per round,
      the order rotated round by round, after uncounted warm-up rounds.
@@ -72,7 +72,8 @@ from _common import load_note
 from cell_overhead import ANSI, BenchError, median_ms, p90_ms
 from vs_peers import Cell, Ipyparallel, Plain, System, require_ok, shutdown_all, time_rounds, timed, version
 
-from nbdist import kernels, netinfo
+from nbdist.drive import kernels
+from nbdist.world import netinfo
 
 TRIVIAL = "x = 1"
 TARGET_RATIO = 0.3

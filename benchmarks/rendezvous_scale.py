@@ -1,13 +1,13 @@
 """How nbdist's rendezvous scales with the number of ranks: join, first barrier, barrier rounds.
 
 For each world size (``--sizes``, default 2,4,8,16,32,64) the parent starts a
-fresh :class:`nbdist.store.Server` on a free loopback port, then spawns that
+fresh :class:`nbdist.world.store.Server` on a free loopback port, then spawns that
 many worker processes (``multiprocessing``, spawn; no Jupyter kernels). Each
 worker imports torch and nbdist first (excluded from every figure) and reports
 ready. When the last one is ready the parent notes the *release moment* and
 sets an Event. Each worker then does what ``%%dist_init`` does at the store
-level (no process group): :func:`nbdist.store.connect`, then
-:func:`nbdist.rendezvous.join` with a registration shaped like
+level (no process group): :func:`nbdist.world.store.connect`, then
+:func:`nbdist.world.rendezvous.join` with a registration shaped like
 ``Session.init``'s (its keys, with values for gloo on loopback), then a
 first ``World.barrier``, then ``--barriers`` (100) more barriers, each timed.
 This is repeated ``--repeats`` times (default 3) by the same worker processes,
@@ -69,7 +69,7 @@ def _install_profiler(samples: dict[str, list[float]], phase: list[str]) -> None
     ``clone`` (a new connection, made by a StoreClient's first ``wait``) is
     timed through ``StoreClient._call``, the one place every store call passes.
     """
-    from nbdist import store
+    from nbdist.world import store
 
     def timed(name: str | None, fn: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -101,7 +101,8 @@ def worker(rank: int, size: int, port: Any, releases: list[Any], out: Any, opts:
         import torch
         import torch.distributed  # noqa: F401  (loaded before the clock starts, as in a kernel)
 
-        from nbdist import __version__, rendezvous, store
+        from nbdist import __version__
+        from nbdist.world import rendezvous, store
 
         samples: dict[str, list[float]] = defaultdict(list)
         phase = ["join"]
@@ -131,7 +132,7 @@ def worker(rank: int, size: int, port: Any, releases: list[Any], out: Any, opts:
                 "backend_reason": "benchmark (no process group)",
                 "device": "cpu",
                 "device_chosen": False,
-                # what Session.init registers for gloo on loopback (nbdist.envplan), as static values
+                # what Session.init registers for gloo on loopback (nbdist.backend.envplan), as static values
                 "agreed": {"backend": "gloo"},
                 "env": ["GLOO_SOCKET_IFNAME=lo  # nbdist"],
             }
@@ -194,7 +195,7 @@ def _short(ranks: list[int]) -> str:
 
 def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
     """Spawn ``size`` workers once; per repeat a fresh server, a release, and the workers' reports."""
-    from nbdist.store import Server
+    from nbdist.world.store import Server
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()

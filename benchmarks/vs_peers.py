@@ -10,7 +10,7 @@ Two ranks (engines, workers), gloo on CPU, everything on loopback. The script
      with ``%load_ext nbdistributed`` and ``%dist_init -n 2``, then waits until
      its workers answer (a cell sent before they connect is lost);
   2. times from the client, as ``cell_overhead.py`` does (an execute request
-     through :mod:`nbdist.kernels` until every kernel involved is idle):
+     through :mod:`nbdist.drive.kernels` until every kernel involved is idle):
      (a) a plain cell ``x = 1`` in one kernel, (b) ``x = 1`` on all ranks
      (``%%collective`` / ``%%px`` / ``%%distributed``), (c) a small
      all_reduce on all ranks, ``t = torch.ones(4); dist.all_reduce(t)``,
@@ -64,7 +64,7 @@ from typing import Any
 from _common import load_note
 from cell_overhead import BenchError, form_world, free_port, median_ms, p90_ms
 
-from nbdist import kernels
+from nbdist.drive import kernels
 
 INSTALL = "pip install ipyparallel nbdistributed"
 SYSTEMS = ("nbdist", "ipyparallel", "nbdistributed")
@@ -162,7 +162,7 @@ class System:
 
 class Plain(System):
     name = "plain"
-    how = "one kernel (jupyter_client via nbdist.kernels, ipc transport) running x = 1"
+    how = "one kernel (jupyter_client via nbdist.drive.kernels, ipc transport) running x = 1"
 
     def __init__(self) -> None:
         super().__init__()
@@ -186,7 +186,7 @@ class Plain(System):
 class Nbdist(System):
     name = "nbdist"
     how = ("2 kernels in one world (%load_ext nbdist; %%dist_init on 127.0.0.1); each cell is sent to both "
-           "kernels at once (nbdist.kernels.execute_all), timed until both are idle, as cell_overhead.py does")
+           "kernels at once (nbdist.drive.kernels.execute_all), timed until both are idle, as cell_overhead.py does")
 
     def __init__(self) -> None:
         super().__init__()

@@ -33,15 +33,15 @@ def get_device():
 
 
 def picture(tensor, label=None, owner=None, *, world_size=None):
-    """A picture of ``tensor``, each value coloured by its owning rank (see :mod:`nbdist.pictures`)."""
-    from .pictures import picture as draw
+    """A picture of ``tensor``, each value coloured by its owning rank (see :mod:`nbdist.view.pictures`)."""
+    from .view.pictures import picture as draw
 
     return draw(tensor, label, owner, world_size=world_size)
 
 
 def show(tensor, label=None, owner=None, *, world_size=None) -> None:
     """Display :func:`picture` of ``tensor`` (returns None, so it draws once as a cell's last line)."""
-    from .pictures import show
+    from .view.pictures import show
 
     show(tensor, label, owner, world_size=world_size)
 
@@ -51,7 +51,7 @@ def last_trace() -> list[dict]:
 
     Each is a dict: ``rank``, ``group`` (torch's group name, "0" for the world), ``seq`` (its number in
     that group in the cell; None for send/recv), ``op``, ``bytes``, ``enter`` and ``leave`` (seconds
-    since that rank left the cell's start barrier). ``nbdist.trace.lateness(calls)`` groups them per
+    since that rank left the cell's start barrier). ``nbdist.view.trace.lateness(calls)`` groups them per
     collective with who arrived last and each rank's wait.
     """
     from .magics import registered

@@ -13,7 +13,7 @@ from .config import DEFAULT_PORT
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .store import Server
+    from .world.store import Server
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())  # before listening: a stop may come at once
@@ -40,7 +40,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .runner import run
+    from .drive.runner import run
 
     return run(args.notebooks, world_size=args.world_size, out=args.out, timeout=args.timeout,
                params=args.param or [], master_port=args.master_port, spawn=args.spawn)
@@ -49,8 +49,8 @@ def _run(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     import shlex
 
-    from . import bench, benchcli
     from .errors import ConfigError
+    from .measure import bench, benchcli
 
     flags = {"--ops": args.ops, "--sizes": args.sizes, "--iters": args.iters, "--warmup": args.warmup,
              "--dtype": args.dtype}
@@ -72,9 +72,10 @@ def _world_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _env(args: argparse.Namespace) -> int:
-    from . import ascend, backends, envplan, netinfo
+    from .backend import ascend, backends, envplan
     from .config import validate
     from .errors import ConfigError
+    from .world import netinfo
 
     try:
         cfg = validate(rank=args.rank, world_size=args.world_size, master_addr=args.master_addr,
@@ -101,7 +102,7 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from . import doctor
+    from .backend import doctor
 
     checks = doctor.run(args.master_addr, args.master_port, args.backend, token=args.token)
     print(doctor.report(checks))
@@ -111,10 +112,10 @@ def _doctor(args: argparse.Namespace) -> int:
 def _stop(args: argparse.Namespace) -> int:
     import socket
 
+    from .cell.guard import request_stop
     from .errors import NbdistError
-    from .guard import request_stop
-    from .store import connect
-    from .world import current_round
+    from .world.store import connect
+    from .world.world import current_round
 
     token = args.token or os.environ.get("NBDIST_TOKEN") or None
     try:

@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from . import kernels
+from .drive import kernels
 
 # The seed walkthrough's model (two linear layers, about 8.4 million parameters); the course's DDP lesson uses it.
 SEED_MODEL = """\

@@ -12,10 +12,13 @@ from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, 
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from . import backends, cells, config, doctor, envplan, follow, outcome_view, spawn
-from .display import Cell, JoinStatus, Message, SideBySide, Source, summary_table
+from . import config
+from .backend import backends, doctor, envplan
+from .cell import cells, outcome_view
+from .drive import follow, spawn
 from .errors import ConfigError, NbdistError, NotInitializedError
 from .session import Session
+from .view.display import Cell, JoinStatus, Message, SideBySide, Source, summary_table
 
 _NAME = "DistMagics"
 
@@ -284,7 +287,7 @@ class DistMagics(Magics):
         nbdist applies it to each rebuilt group). Running it in every notebook changes the
         switch once. off puts back what the variables held (unset where you had not set them).
         """
-        from . import debugmode
+        from .backend import debugmode
 
         args = parse_argstring(self.dist_debug, line)
         print(debugmode.show(self.session) if args.state is None
@@ -328,7 +331,7 @@ class DistMagics(Magics):
         shows the sizes measured so far, then ends the cell with KeyboardInterrupt (the other
         ranks' with PeerFailedError).
         """
-        from . import bench
+        from .measure import bench
 
         args = parse_argstring(self.dist_bench, line)
         world = self.session.require_world("%dist_bench")
@@ -412,7 +415,7 @@ class DistMagics(Magics):
         table.add("last lines", [Cell("\n".join(r["log"])) for r in rows])
         display(table)
 
-    dashboard: Any = None  # the %dist_dashboard running in this kernel (nbdist.dashboard.Dashboard), if any
+    dashboard: Any = None  # the %dist_dashboard running in this kernel (nbdist.measure.dashboard.Dashboard), if any
 
     @magic_arguments()
     @argument("--once", action="store_true",
@@ -437,7 +440,7 @@ class DistMagics(Magics):
         if args.stop:
             self._stop_dashboard("%dist_dashboard --stop")
             return
-        from .dashboard import Dashboard, snapshot
+        from .measure.dashboard import Dashboard, snapshot
 
         self.session.require_world("%dist_dashboard")
         if self.session.hooks.active is not None:

@@ -13,33 +13,22 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import (
-    __version__,
-    backends,
-    capture,
-    cells,
-    cpplog,
-    debugmode,
-    envplan,
-    follow,
-    netinfo,
-    progress,
-    reach,
-    rendezvous,
-    signing,
-    tunnel,
-)
+from . import __version__
+from .backend import backends, cpplog, debugmode, envplan, tunnel
+from .backend.procgroup import ProcessGroup, destroy_default
+from .cell import capture, cells, progress
+from .cell.guard import Guard, request_stop
+from .cell.hooks import Collectives
+from .cell.plain import PlainNet
+from .cell.stopper import Stopper
 from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig
+from .drive import follow
+from .drive.workers import Workers
 from .errors import ConfigError, DriveError, JoinError, NotInitializedError, StoppedError, StoreConnectionError
-from .guard import Guard, request_stop
-from .heartbeat import Heartbeat
-from .hooks import Collectives
-from .plain import PlainNet
-from .procgroup import ProcessGroup, destroy_default
-from .stopper import Stopper
-from .store import Server, StoreClient, connect, run_in_thread
-from .workers import Workers
-from .world import World
+from .world import netinfo, reach, rendezvous, signing
+from .world.heartbeat import Heartbeat
+from .world.store import Server, StoreClient, connect, run_in_thread
+from .world.world import World
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +79,7 @@ class Session:
         self.stopper = Stopper()  # lets nbdist's watchers end the running cell (--max-time, %dist_stop)
         self.guard: Guard | None = None
         self.plain = PlainNet(self)  # the watcher of a plain cell that calls a collective
-        self.drive = follow.Drive(self.id)  # driving followers (nbdist.follow)
+        self.drive = follow.Drive(self.id)  # driving followers (nbdist.drive.follow)
         self.following = False
         self.workers: Workers | None = None  # local worker kernels (%dist_init --spawn)
         self.cell_entered = False  # whether the running notebook cell's %%collective reached the protocol
@@ -100,7 +89,7 @@ class Session:
     def prepare(self) -> None:
         """At ``%load_ext``: what can be set before the master is known, before torch_npu reads it.
 
-        torch_npu reads some variables once per process (:data:`nbdist.envplan.READ_ONCE`); set now,
+        torch_npu reads some variables once per process (:data:`nbdist.backend.envplan.READ_ONCE`); set now,
         they are in place however the notebook goes on.
         """
         usable, _, facts = backends.npu_status()
@@ -191,7 +180,7 @@ class Session:
         return self.world.ranks
 
     def _route_around_tunnel(self, cfg: WorldConfig) -> None:
-        """Behind a tunnel or proxy to the master, advertise the interface that routes to the peers (nbdist.tunnel)."""
+        """Behind a tunnel or proxy to the master, advertise the interface that routes to the peers (backend.tunnel)."""
         world, choice = self.world, self.choice
         assert world is not None and choice is not None
         hosting = self.server is not None and self.server.running
@@ -351,9 +340,9 @@ class Session:
         world = self.require_world("%dist_stop")
         return request_stop(world.client, world.round, f"{world.describe(world.rank)} with %dist_stop", self.id)
 
-    # --- one notebook drives (nbdist.follow, nbdist.workers) ------------------
+    # --- one notebook drives (nbdist.drive.follow, nbdist.drive.workers) ------------------
     def secret(self) -> str:
-        """The secret this world's cells are signed with (see :func:`nbdist.signing.world_secret`)."""
+        """The secret this world's cells are signed with (see :func:`nbdist.world.signing.world_secret`)."""
         world = self.require_world("driving or following")
         cfg = self.config
         assert cfg is not None
@@ -419,9 +408,9 @@ class Session:
 
     def collective(self, source: str, flags: cells.Flags, align: tuple[int, int] | None = None,
                    driver: int | None = None) -> cells.Outcome:
-        """Run ``source`` on this rank in lockstep with the others; see :mod:`nbdist.cells`.
+        """Run ``source`` on this rank in lockstep with the others; see :mod:`nbdist.cell.cells`.
 
-        A driving notebook first publishes it to its followers (:mod:`nbdist.follow`); a
+        A driving notebook first publishes it to its followers (:mod:`nbdist.drive.follow`); a
         follower passes ``align``, the driver's (generation, cell number), and the ``driver``'s rank.
         """
         world = self.require_world("%%collective")

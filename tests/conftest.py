@@ -17,7 +17,8 @@ from typing import Any, NoReturn
 
 import pytest
 
-from nbdist import kernels, netinfo
+from nbdist.drive import kernels
+from nbdist.world import netinfo
 
 
 def free_port() -> int:
@@ -35,7 +36,7 @@ def port() -> int:
 
 def start_serve(port: int, *extra: str) -> subprocess.Popen:
     """`nbdist serve --host 127.0.0.1 --port PORT EXTRA...`, returned once it listens; the caller stops it."""
-    from nbdist.store import probe
+    from nbdist.world.store import probe
 
     proc = subprocess.Popen([sys.executable, "-m", "nbdist.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
                              *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -39,9 +39,9 @@ import pytest
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from nbdist import kernels
-from nbdist.kernels import Result
-from nbdist.store import probe
+from nbdist.drive import kernels
+from nbdist.drive.kernels import Result
+from nbdist.world.store import probe
 
 from .conftest import skip_or_fail_in_ci
 

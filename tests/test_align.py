@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nbdist.align import MAX_WORK, align
+from nbdist.view.align import MAX_WORK, align
 
 
 def _render(seqs: list[list[str]]) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nbdist import kernels
+from nbdist.drive import kernels
 
 from .conftest import init_line, skip_or_fail_in_ci
 

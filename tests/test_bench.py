@@ -13,8 +13,10 @@ import time
 
 import pytest
 
-from nbdist import bench, kernels
-from nbdist.benchreport import (
+from nbdist.drive import kernels
+from nbdist.errors import ConfigError
+from nbdist.measure import bench
+from nbdist.measure.benchreport import (
     OPS,
     BenchResults,
     BenchTable,
@@ -27,7 +29,6 @@ from nbdist.benchreport import (
     plot_png,
     row,
 )
-from nbdist.errors import ConfigError
 
 from .conftest import lend, pid_gone, run_in_background
 
@@ -128,7 +129,7 @@ def test_the_plot_is_a_png_made_without_pyplot():
     rows = [row(op, c, 4, "float32", [1e-4 * c / 256, 1e-4]) for op in OPS for c in (256, 1024, 4096)]
     png = plot_png(rows, "busbw")
     assert png is not None and png.startswith(PNG) and len(png) > 10_000
-    code = ("import sys; from nbdist.benchreport import plot_png, row; "
+    code = ("import sys; from nbdist.measure.benchreport import plot_png, row; "
             "plot_png([row('all_reduce', 256, 4, 'float32', [1e-4, 1e-4])], 't'); "
             "print('matplotlib.pyplot' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

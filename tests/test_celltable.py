@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from nbdist.celltable import FULL_TRACEBACK, cell_table
-from nbdist.shrink import DROPPED, fit
+from nbdist.view.celltable import FULL_TRACEBACK, cell_table
+from nbdist.view.shrink import DROPPED, fit
 
 RANKS = [{"host": "host-a"}, {"host": "host-b"}]
 FIG = "<Figure size 200x100 with 1 Axes>"
@@ -111,11 +111,11 @@ def test_the_text_form_leaves_out_what_a_rank_did_not_produce():
 def test_an_error_shows_the_users_frames_with_the_full_traceback_one_click_away():
     error = {"ename": "ZeroDivisionError", "evalue": "division by zero", "where": "`1 / 0`, line 2",
              "short": "Traceback (nbdist's own frames hidden; 3 hidden):\nZeroDivisionError: division by zero",
-             "traceback": "Traceback:\n  File \"nbdist/world.py\"\nZeroDivisionError: division by zero"}
+             "traceback": "Traceback:\n  File \"nbdist/world/world.py\"\nZeroDivisionError: division by zero"}
     table = cell_table("t", RANKS, [_cap(error=error), _cap()])
     html, text = table._repr_html_(), repr(table)
-    assert html.index("3 hidden") < html.index("<details>") < html.index("nbdist/world.py")
-    assert text.index("3 hidden") < text.index(FULL_TRACEBACK) < text.index("nbdist/world.py")
+    assert html.index("3 hidden") < html.index("<details>") < html.index("nbdist/world/world.py")
+    assert text.index("3 hidden") < text.index(FULL_TRACEBACK) < text.index("nbdist/world/world.py")
 
 
 def test_a_rank_stopped_by_another_says_where_it_was_and_why():

@@ -15,8 +15,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from nbdist import cells, history, kernels, trace
-from nbdist.fingerprint import differences
+from nbdist.cell import cells, history
+from nbdist.cell.fingerprint import differences
+from nbdist.drive import kernels
+from nbdist.view import trace
 
 from .conftest import lend, ok
 

@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from nbdist import kernels
-from nbdist.store import connect
+from nbdist.drive import kernels
+from nbdist.world.store import connect
 
 from .conftest import init_line, start_serve
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nbdist import kernels
+from nbdist.drive import kernels
 
 from .conftest import lend, ok
 

@@ -1,4 +1,4 @@
-"""nbdist.cpplog: torch's C++ log level set before torch loads, never over the user's, with a note when too late."""
+"""nbdist.backend.cpplog: torch's C++ log level set before torch loads, never over the user's; a note when too late."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nbdist import cpplog
+from nbdist.backend import cpplog
 
 from .conftest import skip_or_fail_in_ci
 
@@ -78,7 +78,8 @@ def _python(code: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def test_importing_cpplog_does_not_import_torch():
-    r = _python("import sys, nbdist.cpplog; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    r = _python("import sys, nbdist.backend.cpplog; "
+                "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
 
@@ -86,7 +87,7 @@ def test_importing_cpplog_does_not_import_torch():
 def test_user_and_torch_warnings_still_show_after_quiet_before_torch():
     code = """
 import ctypes, os, warnings
-from nbdist.cpplog import quiet_before_torch
+from nbdist.backend.cpplog import quiet_before_torch
 assert quiet_before_torch() is None
 import torch
 c10 = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
@@ -113,7 +114,7 @@ SERVER = """
 import os, sys
 from datetime import timedelta
 if sys.argv[-1] == "quiet":
-    from nbdist.cpplog import quiet_before_torch
+    from nbdist.backend.cpplog import quiet_before_torch
     assert quiet_before_torch() is None
 import torch.distributed as dist
 store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=20))
@@ -194,7 +195,7 @@ SURVIVOR = """
 import sys
 from datetime import timedelta
 if sys.argv[-2] == "quiet":
-    from nbdist.cpplog import quiet_before_torch
+    from nbdist.backend.cpplog import quiet_before_torch
     assert quiet_before_torch() is None
 import torch.distributed as dist
 store = dist.TCPStore("127.0.0.1", int(sys.argv[-1]), timeout=timedelta(seconds=20))

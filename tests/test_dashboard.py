@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from nbdist import dashboard, kernels, sanitize
-from nbdist.dashboard import Reader, Seen, cell_of, failure_text, previous_cell, render_html, render_text, rows
-from nbdist.world import World
+from nbdist.drive import kernels
+from nbdist.measure import dashboard
+from nbdist.measure.dashboard import Reader, Seen, cell_of, failure_text, previous_cell, render_html, render_text, rows
+from nbdist.view import sanitize
+from nbdist.world.world import World
 
 from .conftest import free_port, init_line, lend, ok, run_in_background
 

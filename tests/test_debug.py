@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from nbdist import kernels
-from nbdist.debugmode import helper_interface, variables
-from nbdist.store import connect
+from nbdist.backend.debugmode import helper_interface, variables
+from nbdist.drive import kernels
+from nbdist.world.store import connect
 
 from .conftest import form, free_port, init_line, ok, restore_kernel_state, run_in_background
 

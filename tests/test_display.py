@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nbdist.capture import BoundedStream, truncate
-from nbdist.display import Cell, SideBySide, summary_table
+from nbdist.cell.capture import BoundedStream, truncate
+from nbdist.view.display import Cell, SideBySide, summary_table
 
 
 def test_facts_the_same_on_every_rank_are_shown_once_and_the_rest_per_rank():

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nbdist import kernels
+from nbdist.drive import kernels
 
 from .conftest import free_port, init_line, start_serve
 

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from nbdist.envplan import (
-    agreed_values,
-    as_shell,
-    disagreements,
-    parse_overrides,
-    plan,
-    process_group_timeout,
-)
+from nbdist.backend.envplan import agreed_values, as_shell, disagreements, parse_overrides, plan, process_group_timeout
 from nbdist.errors import ConfigError
-from nbdist.netinfo import Route
+from nbdist.world.netinfo import Route
 
 REMOTE = Route(master_ip="10.202.73.94", local_ip="10.202.73.95", interface="eth0", master_is_local=False)
 ON_MASTER = Route(master_ip="10.202.73.94", local_ip="10.202.73.94", interface="eth0", master_is_local=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nbdist import kernels
+from nbdist.drive import kernels
 
 from .conftest import free_port, init_line
 

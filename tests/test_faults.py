@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from nbdist import kernels
-from nbdist.store import connect, probe
+from nbdist.drive import kernels
+from nbdist.world.store import connect, probe
 
 from .conftest import init_line, run_in_background
 

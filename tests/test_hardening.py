@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from nbdist import kernels
-from nbdist.store import connect
+from nbdist.drive import kernels
+from nbdist.world.store import connect
 
 from .conftest import form, free_port, init_line, lend, ok, run_in_background
 
@@ -228,7 +228,7 @@ def test_bytes_images_and_bytes_written_to_stdout_reach_the_table(world):
 @pytest.mark.timeout(120)
 def test_a_failure_in_nbdists_capture_is_that_ranks_error_and_ends_every_rank_at_once(world, record_fault):
     # Fault injection on rank 1: its capture holds something that cannot be published.
-    broken = ("import nbdist.capture as _cap\n_real_run_cell = _cap.run_cell\n"
+    broken = ("import nbdist.cell.capture as _cap\n_real_run_cell = _cap.run_cell\n"
               "_cap.run_cell = lambda shell, src, *log: {**_real_run_cell(shell, src, *log),\n"
               "                                        'result': {'text/plain': object()}}\n")
     assert world[1].execute(broken).status == "ok"

@@ -1,27 +1,19 @@
 """The HCCL path as torch_npu and CANN document it: facts of the Ascend stack, and the plan made from them.
 
 Pure logic, from given facts: no NPU is available to run any of it. Each rule cites its source in the
-code (nbdist/ascend.py, nbdist/envplan.py).
+code (nbdist/backend/ascend.py, nbdist/backend/envplan.py).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from nbdist import ascend
-from nbdist.ascend import A1, A2, A3, NEW_ERROR_VAR, OLD_ERROR_VAR, Facts
+from nbdist.backend import ascend
+from nbdist.backend.ascend import A1, A2, A3, NEW_ERROR_VAR, OLD_ERROR_VAR, Facts
+from nbdist.backend.envplan import READ_ONCE, agreed_values, disagreements, early, plan, process_group_timeout, stale
 from nbdist.config import validate as validate_config
-from nbdist.envplan import (
-    READ_ONCE,
-    agreed_values,
-    disagreements,
-    early,
-    plan,
-    process_group_timeout,
-    stale,
-)
 from nbdist.errors import ConfigError
-from nbdist.netinfo import Route
+from nbdist.world.netinfo import Route
 
 REMOTE = Route(master_ip="10.202.73.94", local_ip="10.202.73.95", interface="eth0", master_is_local=False)
 

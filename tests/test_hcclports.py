@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nbdist import doctor, hcclports
-from nbdist.hcclports import PortSpec, format_ports, host_ports, npu_ports, parse_hccn_ip, parse_range
+from nbdist.backend import doctor, hcclports
+from nbdist.backend.hcclports import PortSpec, format_ports, host_ports, npu_ports, parse_hccn_ip, parse_range
 
 HOST = "HCCL_HOST_SOCKET_PORT_RANGE"
 NPU = "HCCL_NPU_SOCKET_PORT_RANGE"

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nbdist import kernels
+from nbdist.drive import kernels
 
 from .conftest import form, lend, ok, run_in_background
 

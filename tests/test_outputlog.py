@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from nbdist.outputlog import OutputLog, collapse
+from nbdist.cell.outputlog import OutputLog, collapse
 
 
 def _kinds(log: OutputLog) -> list[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""nbdist.pictures: a tensor drawn as a grid coloured by owning rank, static HTML that survives the sanitiser."""
+"""nbdist.view.pictures: a tensor drawn as a grid coloured by owning rank, static HTML that survives the sanitiser."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import nbdist
-from nbdist.pictures import NEUTRAL, PALETTE, Picture, picture, show, text_colour
-from nbdist.sanitize import STYLE_PROPERTIES, clean_html
+from nbdist.view.pictures import NEUTRAL, PALETTE, Picture, picture, show, text_colour
+from nbdist.view.sanitize import STYLE_PROPERTIES, clean_html
 
 picture_module = sys.modules[picture.__module__]
 
@@ -308,7 +308,7 @@ def test_a_tensor_on_another_device_or_needing_grad_is_drawn_from_a_cpu_copy():
 def test_a_tensor_as_a_cells_last_expression_is_drawn_in_the_out_row_with_torchs_own_text():
     from IPython.core.interactiveshell import InteractiveShell
 
-    from nbdist import capture
+    from nbdist.cell import capture
 
     value = torch.tensor([0, 100])
     data = capture._format_value(InteractiveShell.instance(), value)

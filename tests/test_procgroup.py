@@ -7,9 +7,9 @@ import os
 import socket
 import struct
 
-from nbdist.fingerprint import differences
-from nbdist.netinfo import decode_endpoint
-from nbdist.procgroup import gloo_listeners, verdict
+from nbdist.backend.procgroup import gloo_listeners, verdict
+from nbdist.cell.fingerprint import differences
+from nbdist.world.netinfo import decode_endpoint
 
 
 def _sockaddr(ip: str, port: int) -> bytes:

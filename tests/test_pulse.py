@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from nbdist import pulse, store
-from nbdist.pulse import Pulse, WireClient, judge
+from nbdist.world import pulse, store
+from nbdist.world.pulse import Pulse, WireClient, judge
 
 from .conftest import free_port
 
@@ -31,7 +31,7 @@ torch_dist = pytest.importorskip("torch.distributed")
 # that inherits the pipe and outlives the kernel).
 KERNEL = r"""
 import math, os, re, sys, threading, time
-from nbdist.pulse import Pulse
+from nbdist.world.pulse import Pulse
 
 host, port, key = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 p = Pulse.start(host, port, key, rank=3)
@@ -228,7 +228,7 @@ def test_wire_client_set_reads_back_through_torchs_client(host: str, use_libuv: 
 
 
 def test_pulse_module_does_not_import_torch() -> None:
-    code = "import sys, nbdist.pulse; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    code = "import sys, nbdist.world.pulse; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
     assert out.stdout.strip() == "[]"
     assert pulse.PREFIX == store.PREFIX
@@ -359,7 +359,7 @@ def test_pulse_says_gone_and_exits_0_when_its_pipe_closes(master: Master, key: s
         [
             sys.executable,
             "-m",
-            "nbdist.pulse",
+            "nbdist.world.pulse",
             "--host",
             master.host,
             "--port",

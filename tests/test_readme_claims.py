@@ -25,9 +25,12 @@ from typing import Any
 
 import pytest
 
-from nbdist import auth, config, doctor, kernels
+from nbdist import config
+from nbdist.backend import doctor
+from nbdist.drive import kernels
 from nbdist.errors import JoinError
-from nbdist.store import probe
+from nbdist.world import auth
+from nbdist.world.store import probe
 
 from .conftest import (
     free_port,

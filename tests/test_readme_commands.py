@@ -39,10 +39,13 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.magics import ExtensionMagics
 
-from nbdist import ascend, backends, bench, cli, config, envplan, kernels
+from nbdist import cli, config
+from nbdist.backend import ascend, backends, envplan
+from nbdist.drive import kernels
 from nbdist.magics import DistMagics
-from nbdist.netinfo import Route
-from nbdist.store import probe
+from nbdist.measure import bench
+from nbdist.world.netinfo import Route
+from nbdist.world.store import probe
 
 from .conftest import free_port
 

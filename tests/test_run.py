@@ -14,8 +14,9 @@ from typing import Any
 import nbformat
 import pytest
 
-from nbdist import cli, runner
+from nbdist import cli
 from nbdist.config import RUN_VARIABLE
+from nbdist.drive import runner
 
 from .conftest import free_port, wait_gone
 

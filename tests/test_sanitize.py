@@ -1,4 +1,4 @@
-"""Another rank's text/html through nbdist.sanitize: structure kept, everything active removed (no kernel)."""
+"""Another rank's text/html through nbdist.view.sanitize: structure kept, everything active removed (no kernel)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from IPython.display import HTML
 
-from nbdist.sanitize import clean_html, strip_to_text
+from nbdist.view.sanitize import clean_html, strip_to_text
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 SVG_B64 = "data:image/svg+xml;base64,PHN2ZyBvbmxvYWQ9YWxlcnQoMSk+PC9zdmc+"  # <svg onload=alert(1)></svg>

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from nbdist import signing
+from nbdist.world import signing
 
 DRIVER = {"rank": 0, "session": "s0"}
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nbdist import kernels
+from nbdist.drive import kernels
 
 from .conftest import free_port, pid_gone, run_in_background, wait_gone
 

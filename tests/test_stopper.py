@@ -1,4 +1,4 @@
-"""nbdist.stopper: a stop raises in the main thread only while a body runs, never in nbdist's bookkeeping."""
+"""nbdist.cell.stopper: a stop raises in the main thread only while a body runs, never in nbdist's bookkeeping."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from nbdist.stopper import Stopper
+from nbdist.cell.stopper import Stopper
 
 
 class Stop(Exception):
@@ -52,7 +52,7 @@ def test_after_pause_a_stop_is_refused_and_nothing_raises_until_the_next_arm(sto
 
 def test_a_stop_sent_before_the_pause_is_dropped_by_it(stopper: Stopper) -> None:
     stopper.arm()
-    from nbdist import stopper as module
+    from nbdist.cell import stopper as module
 
     with module._held_off():  # the signal is sent, but held back as when the main thread is busy in C
         assert stopper.stop(Stop("in flight")) is True

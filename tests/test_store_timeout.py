@@ -2,7 +2,7 @@
 
 nbdist hands torch its own store (``init_process_group(store=PrefixStore(prefix, RecordingStore(...)))``).
 Torch gives a store the process-group timeout only when it makes the store itself, so nbdist's store
-must carry that timeout: the store client's per-operation limit (``nbdist.store.OP_TIMEOUT``, 10 s)
+must carry that timeout: the store client's per-operation limit (``nbdist.world.store.OP_TIMEOUT``, 10 s)
 would fail any rank that reaches group set-up more than 10 s after another.
 
 NCCL and HCCL set up a communicator at its first collective: rank 0 ``set``s the unique id and the
@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from nbdist import kernels
-from nbdist.store import OP_TIMEOUT
+from nbdist.drive import kernels
+from nbdist.world.store import OP_TIMEOUT
 
 from .conftest import init_line, run_in_background
 

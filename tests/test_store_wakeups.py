@@ -7,8 +7,8 @@ import json
 import threading
 import time
 
-from nbdist.store import Server, connect
-from nbdist.world import World
+from nbdist.world.store import Server, connect
+from nbdist.world.world import World
 
 RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
 
@@ -49,7 +49,8 @@ def test_a_barrier_waits_on_while_another_client_reads_its_missing_state_key(por
 def test_a_follower_that_starts_while_the_driver_publishes_takes_that_cell(port):
     """The driver numbers a message (add), signs it, then writes it (set): a follower that starts in between must
     wait for that message, not the next one (it did, and the driver then waited for it at the cell's start)."""
-    from nbdist import follow, signing
+    from nbdist.drive import follow
+    from nbdist.world import signing
 
     server = Server("127.0.0.1", port)
     clients = [connect("127.0.0.1", port) for _ in range(2)]

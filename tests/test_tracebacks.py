@@ -1,4 +1,4 @@
-"""nbdist.tracebacks: the short form of an error hides nbdist's frames and keeps the user's."""
+"""nbdist.view.tracebacks: the short form of an error hides nbdist's frames and keeps the user's."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import traceback
 
 import pytest
 
-import nbdist.tracebacks
-from nbdist.tracebacks import summarise
+import nbdist.view.tracebacks
+from nbdist.view.tracebacks import summarise
 
 # Code objects that carry a filename inside the nbdist package, so their frames count as
 # nbdist's own without writing a file there. No linecache entry: they show no source line.
-INTERNAL = os.path.join(os.path.dirname(nbdist.tracebacks.__file__), "_fake_internal.py")
+INTERNAL = os.path.join(os.path.dirname(nbdist.view.tracebacks.__file__), "_fake_internal.py")
 INTERNAL_SRC = """\
 import json
 
@@ -220,7 +220,7 @@ def test_a_failure_while_formatting_falls_back_to_one_line(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("formatting broke")
 
-    monkeypatch.setattr(nbdist.tracebacks.traceback, "format_exception", broken)
+    monkeypatch.setattr(nbdist.view.tracebacks.traceback, "format_exception", broken)
     summary = summarise(raised(lambda: 1 / 0))
     check_fields(summary)
     assert summary["short"] == summary["traceback"] == "ZeroDivisionError: division by zero\n"

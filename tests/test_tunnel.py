@@ -21,8 +21,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nbdist import kernels, netinfo, tunnel
-from nbdist.envplan import EnvVar
+from nbdist.backend import tunnel
+from nbdist.backend.envplan import EnvVar
+from nbdist.drive import kernels
+from nbdist.world import netinfo
 
 from .conftest import run_in_background
 from .netns import Host, TwoHosts, built_hosts

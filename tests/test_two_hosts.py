@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from nbdist import kernels
+from nbdist.drive import kernels
 
 from .netns import TwoHosts, Unsupported
 from .netns import two_hosts as two_hosts  # the fixture
@@ -149,7 +149,7 @@ def test_both_hostnames_resolve_to_loopback_and_the_doctor_on_host_b_warns_about
 @pytest.mark.timeout(120)
 def test_a_host_whose_link_is_down_gets_no_answer_and_is_reachable_again_after_link_up(two_hosts: TwoHosts):
     a, b = two_hosts.a, two_hosts.b
-    probe = f"from nbdist.store import probe; print(probe({a.addr!r}, 29400, 2.0))"
+    probe = f"from nbdist.world.store import probe; print(probe({a.addr!r}, 29400, 2.0))"
     assert b.python(probe).stdout.strip() == "refused"
     a.link_down()
     assert b.python(probe).stdout.strip() in ("timeout", "unreachable")

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from nbdist import kernels
 from nbdist.demo import STEPS, expectations
+from nbdist.drive import kernels
 
 from .conftest import init_line, run_in_background
 

@@ -1,0 +1,10 @@
+"""The backends: gloo, NCCL and HCCL, their environment plans and process groups.
+
+Owns the choice of backend and device before torch is imported (``backends``,
+``ascend``), environment plans (``envplan``, ``hcclports``, ``tunnel``,
+``cpplog``, ``debugmode``), building, judging and cutting process groups
+(``procgroup``) and ``nbdist doctor``'s checks (``doctor``).
+
+May import: the shared base (``errors``, ``config``) and ``nbdist.world``
+(the store, network facts). Nothing of cells, views or drivers.
+"""

@@ -1,0 +1,11 @@
+"""The cell: the protocol one ``%%collective`` (or a plain cell's collective) runs on one rank.
+
+Owns the protocol's steps (``cells``), running and capturing the body
+(``capture``, ``outputlog``, ``progress``), checking collectives
+(``fingerprint``, ``history``, ``hooks``), watching and stopping a body
+(``watch``, ``stopper``, ``guard``), the plain-cell safety net (``plain``), the
+live table (``live``) and what a finished cell shows (``outcome_view``).
+
+May import: the shared base, ``nbdist.world``, ``nbdist.backend`` and
+``nbdist.view``. Nothing of drivers or measuring.
+"""

@@ -1,0 +1,379 @@
+"""The %%collective protocol for one cell on one rank.
+
+1. Publish this rank's source, flags and process-group state; meet the others
+   (barrier "in"). The last to arrive decides for everyone: refuse (the
+   sources or flags differ), rebuild the process group first (a rank cannot
+   trust it), or go.
+2. Refuse, on every rank, if told to.
+3. Rebuild the process group if told to (every rank at the same point).
+4. Run the body with a :class:`~nbdist.cell.watch.CellWatch` beside it, its
+   collectives checked (:mod:`nbdist.cell.fingerprint`), and its table published
+   live (:mod:`nbdist.cell.live`) once it has run for 0.5 s.
+5. Publish the capture, this rank's process-group state and any failure;
+   meet again (barrier "out", which waits without limit for a rank still
+   running the body while it lives, up to ``--max-time``); read everyone's
+   capture. If the ranks' states show the group can no longer be trusted,
+   it is rebuilt at the next cell that uses it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import errors
+from ..backend import procgroup
+from ..errors import (
+    CellMismatchError,
+    CollectiveError,
+    CollectiveMismatchError,
+    MaxTimeError,
+    NbdistError,
+    PeerFailedError,
+    PeerLostError,
+    StoreConnectionError,
+)
+from ..view import trace
+from ..view.shrink import fit
+from ..world.store import StoreClient
+from ..world.world import BarrierRefused, World
+from . import capture, history
+from .fingerprint import CUT_SIGNS, Checker, differences, raise_if_failed
+from .live import LiveTable
+from .outputlog import OutputLog
+from .stopper import Stopper
+from .watch import CellWatch, publish_failure
+
+MAX_SOURCE_CHARS = 64 * 1024
+MAX_TIME_GRACE = 2.0  # seconds past --max-time a finished rank waits for one whose body its watcher is ending
+REBUILD = "go:rebuild:"
+# Errors that follow from a stop elsewhere (a refused or cut collective), not from this rank's own code.
+_CONSEQUENCES = ("PeerFailedError", "DistBackendError", "DistNetworkError", "DistError")
+
+
+@dataclass
+class Outcome:
+    """What a cell produced on every rank, why it was cut short (if it was), and what the group needs."""
+
+    number: int
+    captures: list[dict[str, Any] | None]
+    reason: dict[str, Any] | None = None
+    rebuilt: str | None = None  # why the process group was rebuilt before this cell
+    distrusted: str | None = None  # why it will be rebuilt at the next cell
+    holders: list[str] = field(default_factory=list)  # names that hold the old group
+    live_id: str | None = None  # the display id of the live table, which the final table replaces
+    mismatch: str | None = None  # collectives that ran but did not match across ranks (seen after the body)
+
+
+def _flags_text(flags: dict[str, Any]) -> str:
+    words = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v:g}") for k, v in sorted(flags.items()) if v]
+    return " ".join(words) or "no flags"
+
+
+def start_verdict(world: World, cell: str) -> str:
+    """What the last rank to arrive at a cell decides for every rank: "refused:…", "go:rebuild:…" or "go"."""
+    keys = [world.key(f"{cell}/src/{i}") for i in range(world.world_size)]
+    records = [json.loads(t) for t in world.client.multi_get(keys)]
+    flags: dict[str, list[int]] = {}
+    for i, rec in enumerate(records):
+        flags.setdefault(_flags_text(rec["flags"]), []).append(i)
+    if len(flags) > 1:
+        who = "; ".join(f"rank(s) {', '.join(map(str, r))}: {text}" for text, r in flags.items())
+        return ("refused:the ranks ran %%collective with different flags, which change how the cell runs "
+                f"({who}); nothing ran. Use the same %%collective line in every notebook")
+    if not records[0]["flags"].get("allow_different"):
+        refusal = compare_sources(records)
+        if refusal is not None:
+            return f"refused:{refusal}"
+    why = procgroup.verdict({i: rec["pg"] for i, rec in enumerate(records)})
+    return f"{REBUILD}{why}" if why else "go"
+
+
+def compare_sources(records: list[dict[str, Any]]) -> str | None:
+    """Why the ranks may not run this cell (they entered it with different code), or None."""
+    groups: dict[str, list[int]] = {}
+    for i, rec in enumerate(records):
+        groups.setdefault(rec["hash"], []).append(i)
+    if len(groups) == 1:
+        return None
+    (first, *others) = groups.values()
+    parts = []
+    for ranks in others:
+        diff = difflib.unified_diff(
+            records[first[0]]["code"].splitlines(), records[ranks[0]]["code"].splitlines(),
+            f"rank(s) {', '.join(map(str, first))}", f"rank(s) {', '.join(map(str, ranks))}", lineterm="", n=1,
+        )
+        parts.append("\n".join(diff))
+    who = "; ".join(f"rank(s) {', '.join(map(str, r))} ran version {k + 1}" for k, r in enumerate(groups.values()))
+    return (
+        f"the ranks entered this %%collective with different code ({who}); nothing ran. "
+        "Run the same cell in every notebook, or use %%collective --allow-different on purpose.\n"
+        + "\n".join(parts)
+    )
+
+
+@dataclass(frozen=True)
+class Flags:
+    """How a %%collective runs: its line's flags (every rank must give the same)."""
+
+    timeout: float  # each barrier's wait for ranks that are not at work in this cell
+    check: bool = True  # compare each collective's fingerprint
+    same_code: bool = True  # refuse ranks whose code differs
+    max_time: float | None = None  # bound on the body, on every rank
+    live: bool = True  # show the live table (this notebook's choice: not compared across ranks)
+    trace: bool = False  # record when each collective entered and left, on every rank
+
+    def compared(self) -> dict[str, Any]:
+        return {"no_check": not self.check, "allow_different": not self.same_code, "max_time": self.max_time,
+                "trace": self.trace}
+
+
+def run(world: World, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
+        params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[str], None],
+        entered: Callable[[], None] | None = None, stopper: Stopper | None = None,
+        rebuilt: str | None = None, driver: int | None = None) -> Outcome:
+    """Run ``source`` on this rank in lockstep with the others (see the module docstring).
+
+    ``activate`` hands the cell's checker to nbdist's wrappers (None when the
+    body ends); ``rebuild(tag)`` rebuilds the process group on this rank.
+    Whatever ends this rank's part early (the stop button anywhere in it, an
+    error of nbdist's own) closes the cell's barriers, so no rank waits for it.
+    ``entered`` is called once the cell has its turn (see :func:`abandon`);
+    ``stopper`` lets the watcher end the body (--max-time, a stop of every rank);
+    ``rebuilt`` says why the group was rebuilt just before (see ``Session.ensure_group``);
+    ``driver``, on a follower, is the rank whose stop button ends this body too.
+    """
+    n, cell = world.next_name("cell")
+    try:
+        if entered is not None:
+            entered()
+        outcome = _run(world, n, cell, shell, source, flags, watch_client, params, activate, rebuild, stopper,
+                       driver)
+        if rebuilt is not None and outcome.rebuilt is None:
+            outcome.rebuilt = rebuilt
+            outcome.holders = outcome.holders or procgroup.holders(shell.user_ns)
+        return outcome
+    except StoreConnectionError:
+        raise  # nobody can be told
+    except BaseException as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        try:
+            close(world, cell, "interrupted its cell" if interrupted else f"stopped: {exc}", interrupted)
+        except StoreConnectionError as lost:
+            exc.add_note(f"(the other ranks could not be told: {lost})")
+        raise
+
+
+def close(world: World, cell: str, reason: str, interrupted: bool = False) -> None:
+    """End this rank's part in ``cell`` early: the others stop waiting for it, with ``reason``."""
+    publish_failure(world.client, world, cell, {"rank": world.rank, "message": f"{world.describe(world.rank)} {reason}",
+                                                "kind": "interrupted" if interrupted else "error"})
+    for barrier in ("in", "out"):
+        world.close_barrier(f"{cell}/{barrier}", reason)
+
+
+def abandon(world: World, reason: str, interrupted: bool = False) -> None:
+    """A %%collective that failed before it reached the protocol still takes its turn, closed, so none waits."""
+    _, cell = world.next_name("cell")
+    close(world, cell, reason, interrupted)
+
+
+def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
+         params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[str], None],
+         stopper: Stopper | None, driver: int | None) -> Outcome:
+    label = f"%%collective #{n}"
+    timeout = flags.timeout
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    state = world.pg.state() if world.pg is not None else {"ok": False, "why": "it has no process group yet"}
+    world.client.set_json(world.key(f"{cell}/src/{world.rank}"), {
+        "hash": digest, "code": source[:MAX_SOURCE_CHARS], "pg": state,
+        "flags": flags.compared(),
+    })
+    try:
+        opened = world.barrier(f"{cell}/in", timeout, f"{label} (start)", verdict=lambda: start_verdict(world, cell))
+    except BarrierRefused as exc:
+        raise CellMismatchError(str(exc)) from None
+    rebuilt = opened.removeprefix(REBUILD) if opened.startswith(REBUILD) else None
+    if rebuilt is not None:
+        rebuild(f"{n}")
+    world.note(f"running {label}", cell=n, body=cell)
+    checker = Checker(world, cell, timeout, params, compare=flags.check,
+                      on_tick=lambda: raise_if_failed(world, cell), trace=flags.trace)
+    output = OutputLog()
+    live = LiveTable(world, cell, f"{label} · {world.world_size} ranks", output, shell.display_pub, flags.live)
+    body_started = time.monotonic()
+    with CellWatch(world, watch_client, cell, checker, label, on_tick=live.tick, max_time=flags.max_time,
+                   stopper=stopper, driver=driver) as watch:
+        activate(checker)
+        if stopper is not None:
+            stopper.arm()
+        try:
+            cap = capture.run_cell(shell, source, output)
+        finally:
+            if stopper is not None:
+                stopper.pause()  # the body is over: from here on a stop must not land in this cell's bookkeeping
+                stopper.disarm()
+            activate(None)
+    live.finish(cap)
+    reason = watch.reason
+    try:
+        record = _record(world, cap, checker, watch)
+    except Exception as exc:  # nbdist's own bookkeeping failed: this rank's error, published at once
+        record = _capture_failure(world, cap, exc)
+    if reason is not None and reason.get("kind") == "server":
+        # Nobody can be told and no barrier can be met: end now, with this rank's own column.
+        if world.pg is not None:
+            world.pg.distrust("the rendezvous server went away")
+        failure = StoreConnectionError(reason.get("message", "the rendezvous server went away"))
+        mine = [record if i == world.rank else None for i in range(world.world_size)]
+        failure.outcome = Outcome(n, mine, reason, rebuilt, live_id=live.display_id)  # type: ignore[attr-defined]
+        raise failure
+    error = record["error"]
+    if error is not None and reason is None:
+        kind = "interrupted" if error.get("interrupted") else "error"
+        message = (f"{world.describe(world.rank)} interrupted its cell" if kind == "interrupted"
+                   else f"{world.describe(world.rank)} raised {error['ename']}: {error['evalue']}")
+        first = publish_failure(world.client, world, cell, {"rank": world.rank, "kind": kind, "message": message})
+        if first["rank"] != world.rank:
+            reason = first  # another rank failed first
+    if reason is not None and reason.get("rank") != world.rank:
+        if error is not None:
+            error["consequence"] = _is_consequence(error, checker)
+        if error is None or error["consequence"]:
+            record["cancelled"] = reason.get("message", "")
+    world.client.set(world.key(f"{cell}/out/{world.rank}"), fit(record))
+    keys = [world.key(f"{cell}/out/{i}") for i in range(world.world_size)]
+    try:
+        world.barrier(f"{cell}/out", timeout, f"{label} (end)",
+                      on_tick=lambda: _end_tick(world, cell, live, flags, body_started),
+                      working=lambda _, last: at_work(cell, last) and _within_max_time(flags, body_started))
+    except (NbdistError, KeyboardInterrupt) as exc:
+        if world.pg is not None:
+            world.pg.distrust(f"the end of {label} was not reached by every rank")
+        exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in keys], reason, rebuilt,  # type: ignore[attr-defined]
+                              live_id=live.display_id)
+        raise
+    world.note(f"finished {label}", cell=n)
+    outcome = Outcome(n, [json.loads(t) for t in world.client.multi_get(keys)], reason, rebuilt,
+                      live_id=live.display_id)
+    outcome.mismatch = _history_mismatch(outcome.captures)
+    distrusted = procgroup.verdict({i: (c or {}).get("pg") for i, c in enumerate(outcome.captures)})
+    if distrusted is not None:
+        if world.pg is not None:
+            world.pg.distrust(distrusted)
+        outcome.distrusted = distrusted
+        outcome.holders = procgroup.holders(shell.user_ns)
+    elif rebuilt is not None:
+        outcome.holders = procgroup.holders(shell.user_ns)
+    return outcome
+
+
+def at_work(cell: str, last: dict[str, Any]) -> bool:
+    """Whether a rank's last note says it is still at work in ``cell``'s body: running it (inside a collective
+    or not), or waiting in it for a collective's comparison."""
+    return last.get("body") == cell or str(last.get("barrier", "")).startswith(f"{cell}/fp/")
+
+
+def _within_max_time(flags: Flags, started: float) -> bool:
+    """Whether a rank still running its body may yet be waited for (its own watcher ends it at --max-time)."""
+    return flags.max_time is None or time.monotonic() - started < flags.max_time + MAX_TIME_GRACE
+
+
+def _end_tick(world: World, cell: str, live: LiveTable, flags: Flags, started: float) -> None:
+    """While this rank waits for the others at the end of the cell: the live table, and --max-time."""
+    live.tick()
+    if not _within_max_time(flags, started):
+        running = [world.describe(i) for i in range(world.world_size)
+                   if (world.client.get_json_if(world.key(f"last/{i}")) or {}).get("body") == cell]
+        raise MaxTimeError(f"--max-time {flags.max_time:g} s ran out with {', '.join(running) or 'a rank'} still "
+                           "running its body")
+
+
+def _record(world: World, cap: dict[str, Any], checker: Checker, watch: CellWatch) -> dict[str, Any]:
+    """What this rank publishes about its cell: the capture, its collectives, its group's state."""
+    record = {**cap, "rank": world.rank, "collectives": dict(checker.counts)}
+    if checker.compare:
+        record["checks"] = checker.checks()
+    if checker.events is not None:
+        record["trace"] = trace.events(checker.events, checker.sigs)
+    if watch.interrupted and record["error"] is not None:
+        record["error"]["interrupted"] = True
+    record["pg"] = world.pg.state() if world.pg is not None else {"ok": False, "why": "no process group"}
+    fit(record)  # raises here, inside the guard, if anything cannot be published
+    return record
+
+
+def _history_mismatch(captures: list[dict[str, Any] | None]) -> str | None:
+    """Collectives that ran without a comparison first and did not match (only when no rank failed)."""
+    if any(c is None or c.get("error") or "checks" not in c for c in captures):
+        return None
+    return history.end_mismatch({i: c["checks"] for i, c in enumerate(captures) if c is not None}, differences)
+
+
+def _is_consequence(error: dict[str, Any], checker: Checker) -> bool:
+    """Whether an error followed from the cell being stopped (a refused or cut collective)."""
+    if error["ename"] in _CONSEQUENCES or checker.failed_inside:
+        return True
+    return any(sign in str(error.get("evalue", "")) for sign in CUT_SIGNS)
+
+
+def _capture_failure(world: World, cap: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+    """A record for a rank whose capture could not be published, keeping what text it could."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    record = {
+        "outputs": [o for o in cap.get("outputs", []) if o.get("kind") in ("stdout", "stderr")], "result": None,
+        "wall": float(cap.get("wall", 0.0)), "rank": world.rank, "collectives": {},
+        "error": {"ename": "CaptureError", "evalue": f"nbdist could not capture this rank's output: {exc}",
+                  "traceback": capture.truncate(text), "short": capture.truncate(text)},
+        "pg": {"ok": False, "why": "its capture failed"},
+    }
+    json.dumps(record)
+    return record
+
+
+def error_for(world: World, outcome: Outcome) -> BaseException | None:
+    """The error this rank's cell must end with, if any (after the table is shown)."""
+    captures = outcome.captures
+    own = (captures[world.rank] or {}).get("error")
+    if own and own.get("interrupted"):
+        return KeyboardInterrupt()
+    if own and not own.get("consequence"):
+        return _own_error(world, own)
+    reason = outcome.reason
+    if reason is not None and reason.get("rank") != world.rank:
+        origin = reason.get("rank", -1)
+        cause = (captures[origin] or {}).get("error") if 0 <= origin < len(captures) else None
+        if cause and errors.by_name(cause["ename"]) is not None and not cause.get("consequence"):
+            return errors.by_name(cause["ename"])(cause["evalue"])  # the same error on every rank
+        kinds = {"lost": PeerLostError, "server": StoreConnectionError}
+        return kinds.get(reason.get("kind"), PeerFailedError)(
+            f"{reason['message']} (this rank's cell was stopped; its column shows where)"
+        )
+    if own:
+        return _own_error(world, own)
+    if outcome.mismatch is not None:
+        return CollectiveMismatchError(outcome.mismatch)
+    failed = [(i, c["error"]) for i, c in enumerate(captures) if c and c.get("error")]
+    if not failed:
+        return None
+    if any(e.get("interrupted") for _, e in failed):
+        who = ", ".join(world.describe(i) for i, e in failed if e.get("interrupted"))
+        return PeerFailedError(f"{who} interrupted its cell")
+    named = [e for _, e in failed if errors.by_name(e["ename"]) is not None and not e.get("consequence")]
+    if named:
+        return errors.by_name(named[0]["ename"])(named[0]["evalue"])
+    names = "; ".join(f"{world.describe(i)} raised {e['ename']}: {e['evalue']}" for i, e in failed)
+    return CollectiveError(f"{names} (traceback in its column above)")
+
+
+def _own_error(world: World, own: dict[str, Any]) -> BaseException:
+    cls = errors.by_name(own["ename"])
+    if cls is not None:
+        return cls(own["evalue"])  # nbdist's own error: the same class on every rank
+    return CollectiveError(f"{world.describe(world.rank)} raised {own['ename']}: {own['evalue']}", own["traceback"])

@@ -1,0 +1,423 @@
+"""Collective fingerprints: each collective a %%collective body issues is compared across ranks first.
+
+While a body runs, every call of a ``torch.distributed`` collective reaches the
+cell's :class:`Checker` (through :mod:`nbdist.cell.hooks`). A checked call publishes
+its fingerprint (op, shapes, dtypes, device types, root, reduce op) and waits
+until every member of its group has published the same sequence number; if a
+field differs, every member raises :class:`CollectiveMismatchError` naming the
+ranks and the field, and nothing is sent. Point-to-point calls (send/recv)
+involve two ranks only and are not compared.
+
+The checker also knows whether the body is inside a collective right now (the
+watcher cuts only then), and refuses to start a collective once the cell has
+been stopped: a cut group would fail it at once, and a collective that started
+after the stop could wait for ever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+from ..backend.procgroup import group_name, members
+from ..errors import CollectiveMismatchError, PeerFailedError, PeerLostError, StoppedError
+from ..world.world import World
+from .history import History, checksum, end_mismatch, quick_key, summary
+
+# op name -> names of its tensor arguments
+OPS: dict[str, tuple[str, ...]] = {
+    "all_reduce": ("tensor",),
+    "broadcast": ("tensor",),
+    "reduce": ("tensor",),
+    "all_gather": ("tensor_list", "tensor"),
+    "all_gather_into_tensor": ("output_tensor", "input_tensor"),
+    "gather": ("tensor", "gather_list"),
+    "scatter": ("tensor", "scatter_list"),
+    "reduce_scatter": ("output", "input_list"),
+    "reduce_scatter_tensor": ("output", "input"),
+    "all_to_all": ("output_tensor_list", "input_tensor_list"),
+    "all_to_all_single": ("output", "input"),
+    "barrier": (),
+    "all_gather_object": (),
+    "broadcast_object_list": (),
+}
+# Arguments that name a root, compared as they are.
+ROOTS = ("src", "dst", "group_src", "group_dst")
+# Lists whose content only the root provides: not compared.
+ROOT_ONLY = {"gather_list", "scatter_list"}
+
+# What a collective says when a peer's end of its connections closed (a dead or cut peer).
+CUT_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+REASON_WAIT = 8.0  # seconds a plain cell's broken collective waits for the watcher to name the cause
+WAIT_SLICE = timedelta(milliseconds=100)  # longest a body waits in C for a gloo collective at a time
+ABANDON_AFTER = 0.5  # seconds a collective may outlive the cut of its group before it is left behind
+MAX_EVENTS = 20_000  # --trace: calls recorded per rank and cell
+
+
+def _describe(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch."),
+                "device": value.device.type}
+    if isinstance(value, list | tuple):
+        return [_describe(v) for v in value]
+    return None if value is None else repr(value)
+
+
+def fingerprint(op: str, params: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What must match across ranks for this call to be the same collective (``params``: the op's parameters)."""
+    bound = dict(zip(params, args, strict=False))
+    bound.update(kwargs)
+    fp: dict[str, Any] = {"op": op}
+    for name in OPS[op]:
+        if name in bound and name not in ROOT_ONLY:
+            fp[name] = _describe(bound[name])
+    for root in ROOTS:
+        if bound.get(root) is not None:
+            fp[root] = bound[root]
+    if "op" in params:
+        fp["reduce_op"] = str(bound.get("op", "SUM"))
+    if op in ("all_gather_object", "broadcast_object_list") and bound.get("object_list") is not None:
+        fp["object_list"] = f"{len(bound['object_list'])} object(s)"
+    return fp
+
+
+# --- readable differences ---------------------------------------------------------
+def _tensor_text(desc: Any, keys: list[str]) -> str:
+    if isinstance(desc, dict):
+        return ", ".join(f"{k} {desc[k]}" for k in keys if k in desc)
+    if isinstance(desc, list):
+        return f"{len(desc)} tensor(s)"
+    return str(desc)
+
+
+def _varying(values: list[Any]) -> list[str]:
+    """Which of shape/dtype/device differ among tensor descriptions (all of them when they are not alike)."""
+    if all(isinstance(v, dict) for v in values):
+        return [k for k in ("shape", "dtype", "device") if len({json.dumps(v.get(k)) for v in values}) > 1]
+    return ["shape", "dtype", "device"]
+
+
+def _field_text(values: list[Any]) -> list[str]:
+    """Each rank's value of one differing field, in words."""
+    if all(isinstance(v, list) for v in values) and len({len(v) for v in values}) == 1:
+        parts: list[list[str]] = [[] for _ in values]
+        for i in range(len(values[0])):
+            column = [v[i] for v in values]
+            if len({json.dumps(c) for c in column}) > 1:
+                keys = _varying(column)
+                for p, c in zip(parts, column, strict=True):
+                    p.append(f"[{i}] {_tensor_text(c, keys)}")
+        return ["; ".join(p) for p in parts]
+    if any(isinstance(v, dict | list) for v in values):
+        keys = _varying(values)
+        return [_tensor_text(v, keys) for v in values]
+    return ["(absent)" if v is None else str(v) for v in values]
+
+
+def differences(fps: dict[int, dict[str, Any]]) -> list[str]:
+    """Fields that differ between ranks, each naming which ranks had which value, in words."""
+    problems = []
+    ranks = sorted(fps)
+    for name in sorted({k for fp in fps.values() for k in fp}):
+        values = [fps[r].get(name) for r in ranks]
+        if len({json.dumps(v) for v in values}) == 1:
+            continue
+        texts = _field_text(values)
+        groups: dict[str, list[int]] = {}
+        for rank, text in zip(ranks, texts, strict=True):
+            groups.setdefault(text, []).append(rank)
+        parts = "; ".join(f"rank(s) {', '.join(map(str, who))}: {text}" for text, who in groups.items())
+        problems.append(f"{name} differs ({parts})")
+    return problems
+
+
+class Checker:
+    """One cell's view of its collectives: compares each across the group's members, knows when it is inside one."""
+
+    def __init__(self, world: World, cell: str, timeout: float, params: dict[str, list[str]], compare: bool = True,
+                 on_tick: Callable[[], None] | None = None, plain: bool = False, trace: bool = False) -> None:
+        self.world, self.cell, self.timeout, self.params = world, cell, timeout, params
+        self.compare = compare
+        self.known: dict[Any, int] = {}  # quick key -> checksum of its fingerprint, for kinds of call seen
+        self.sigs: dict[int, dict[str, Any]] = {}  # checksum -> fingerprint
+        self.histories: dict[str, History] = {}  # group name -> what was issued on it (when compared)
+        # --trace: (group, number, op, checksum, entered, left) per call, seconds from here (the start barrier)
+        self.events: list[tuple[Any, ...]] | None = [] if trace else None
+        self.origin = time.perf_counter()
+        self._names: dict[Any, str] = {}  # a group (None: the default one) -> torch's name of it, for this cell
+        import torch  # a cell runs in a joined world: torch is imported
+
+        self._tensor = torch.Tensor
+        self.plain = plain  # a plain cell's: nothing to compare; a stopped collective raises why it stopped
+        self.on_tick = on_tick
+        self.counts: dict[str, int] = {}  # group name -> collectives issued in this cell
+        self.inside: tuple[str, float] | None = None  # (what, since) while a collective runs
+        self.stopped: dict[str, Any] | None = None  # set by the watcher: why no collective may start
+        self.failed_inside = False
+        self.lock = threading.Lock()
+
+    def stop(self, info: dict[str, Any]) -> None:
+        """No collective may start from now on (one already running is the watcher's to cut)."""
+        with self.lock:
+            if self.stopped is None:
+                self.stopped = info
+
+    def call(self, op: str, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+             p2p: bool = False) -> Any:
+        """Run one collective of the body: refuse if the cell was stopped, check it, mark it as running."""
+        group = group_arg(self.params[op], args, kwargs)
+        ranks = members(group)
+        if ranks is not None and self.world.rank not in ranks:
+            return original(*args, **kwargs)  # torch returns at once for a non-member
+        self._refuse_if_stopped()
+        what, late = op, None
+        crc = name = n = None
+        if not p2p:
+            name = self._names.get(group)
+            if name is None:
+                name = self._names[group] = group_name(group)
+            n = self.counts.get(name, 0) + 1
+            if self.compare or self.events is not None:
+                crc, agreed = self._kind(op, args, kwargs, name, n, ranks)
+                if self.compare:
+                    hist = self.histories.get(name)
+                    if hist is None:
+                        hist = self.histories[name] = History()
+                    hist.add(crc)
+                    if not agreed:
+                        late = (name, n, crc, ranks)
+            self.counts[name] = n
+            what = f"collective #{n} ({op})"
+        with self.lock:
+            self._refuse_if_stopped()
+            self.inside = (what, time.monotonic())
+        pg = self.world.pg
+        if pg is not None:
+            pg.count(group, p2p)
+        started = time.perf_counter() if self.events is not None else 0.0
+        try:
+            if pg is None or pg.backend != "gloo" or not self._can_wait_here(op, args, kwargs):
+                return original(*args, **kwargs)
+            self._wait(pg, original(*args, **{**kwargs, "async_op": True}), late)
+            return None
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and not self.plain:
+                raise
+            self.failed_inside = True  # a collective that failed: the group may be broken
+            if self.plain:
+                if pg is not None:  # nothing counts a plain cell's collectives across ranks: rebuild at the next
+                    pg.distrust(f"a collective of a plain cell ended early ({type(exc).__name__})")
+                if isinstance(exc, Exception) and self._reason_follows(exc):
+                    raise self._why_stopped() from exc
+            raise
+        finally:
+            self.inside = None
+            if self.events is not None and len(self.events) < MAX_EVENTS:
+                self.events.append((name, n, op, crc, started - self.origin, time.perf_counter() - self.origin))
+
+    def _kind(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, n: int,
+              ranks: list[int] | None) -> tuple[int, bool]:
+        """This call's checksum, and whether it was compared before running (the first of its kind, when checked).
+
+        Object collectives are always compared first: their key would be their objects.
+        """
+        key = None if "object" in op else (name, quick_key(op, args, kwargs, self._tensor))
+        crc = self.known.get(key) if key is not None else None
+        if crc is not None:
+            return crc, False
+        fp = fingerprint(op, self.params[op], args, kwargs)
+        crc = checksum(fp)
+        self.sigs.setdefault(crc, fp)
+        if self.compare:
+            self.agree(fp, name, n, ranks)
+        if key is not None:
+            self.known[key] = crc
+        return crc, self.compare
+
+    def checks(self) -> dict[str, Any]:
+        """What this rank publishes at the end of the body so that the ranks compare their collectives."""
+        return summary(self.histories, self.sigs)
+
+    @contextlib.contextmanager
+    def marked(self, what: str) -> Iterator[None]:
+        """Mark the body as inside ``what`` while it calls collectives nbdist does not wrap (%dist_bench's)."""
+        with self.lock:
+            self.inside = (what, time.monotonic())
+        try:
+            yield
+        finally:
+            self.inside = None
+
+    def _can_wait_here(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether nbdist may run this call as async_op and wait for it itself (a blocking call the user made)."""
+        params = self.params[op]
+        if "async_op" not in params or params.index("async_op") < len(args):
+            return False  # no such argument, or given positionally: the call stays as it is
+        return not kwargs.get("async_op", False)
+
+    def _wait(self, pg: Any, work: Any, late: tuple[str, int, int, list[int] | None] | None = None) -> None:
+        """Wait for a gloo collective in slices, so that a stopped cell never waits on one for long.
+
+        The watcher cuts the group when the cell is stopped, which fails the
+        collective at once. Gloo can lose one, though (a send that was under
+        way when its connection broke is never failed, and waits for the full
+        timeout: gloo/transport/tcp/pair.cc): such a collective is left behind,
+        and the group, which would wait for it when destroyed, is set aside.
+
+        ``late``: a call that was not compared before it ran (its kind was seen
+        before): once it outlasts a slice, it is compared while it waits
+        (:meth:`_compare_late`), since the ranks may be waiting in different ones.
+        """
+        if work is None:
+            return
+        stopped_at: float | None = None
+        published = False
+        while True:
+            try:
+                work.wait(WAIT_SLICE)
+                return
+            except RuntimeError as exc:
+                if work.is_completed():  # the collective failed; else only this slice of the wait ran out
+                    if late is not None and self.stopped is None:
+                        self._compare_late(*late, publish=not published)  # a rank that found a mismatch cut it
+                    raise exc from None
+            if late is not None and self.stopped is None:
+                try:
+                    self._compare_late(*late, publish=not published)
+                except CollectiveMismatchError as exc:
+                    # This rank's call is pending and the others will not join it: fail it (on every rank, so
+                    # that no gloo thread keeps waiting, which would block the group's destruction) and set it aside.
+                    pg.cut(f"collectives did not match: {exc}")
+                    pg.abandon()
+                    raise
+                published = True
+            if self.stopped is not None:
+                stopped_at = stopped_at or time.monotonic()
+                if time.monotonic() - stopped_at > ABANDON_AFTER:
+                    pg.abandon()
+                    self._refuse_if_stopped()
+
+    def _compare_late(self, name: str, seq: int, crc: int, ranks: list[int] | None, publish: bool) -> None:
+        """A slow call of a kind seen before: publish its fingerprint as :meth:`agree` does, compare what is there.
+
+        Joining the barrier of :meth:`agree` lets a rank that waits there for this
+        call (its own call was new to it) go on and compare.
+        """
+        world, client = self.world, self.world.client
+        fp = {**self.sigs[crc], "seq": seq}
+        base = f"{self.cell}/fp/{name}/{seq}"
+        if publish:
+            client.set_json(world.key(f"{base}/{world.rank}"), fp)
+            client.add(world.key(f"{base}/n"), 1)
+        who = ranks if ranks is not None else list(range(world.world_size))
+        fps = {world.rank: fp}
+        for i in who:
+            if i != world.rank:
+                other = client.get_json_if(world.key(f"{base}/{i}"))
+                if other is not None:
+                    fps[i] = other
+        problems = differences(fps)
+        if problems:
+            raise CollectiveMismatchError(
+                f"collective #{seq} ({fp['op']}) of this cell does not match across ranks: {'; '.join(problems)}. "
+                "The ranks waited in different collectives; fix the cell so every rank issues the same collectives"
+            )
+        self._peer_finished(name, seq, fp, ranks)
+        for i in who:  # a rank whose own call completed (gloo may complete one side of a mismatch) and finished
+            done = client.get_json_if(world.key(f"{self.cell}/out/{i}")) if i != world.rank else None
+            if done is not None and "checks" in done:
+                mine = self.checks()
+                why = end_mismatch({world.rank: mine, i: done["checks"]}, differences)
+                if why is not None:
+                    raise CollectiveMismatchError(why.replace(
+                        "It ran, so its results may be wrong", "It completed on some ranks (their results may be "
+                        f"wrong) and {world.describe(world.rank)} waited in it"))
+
+    def _reason_follows(self, exc: Exception) -> bool:
+        """Whether this plain cell's collective failed for a reason the watcher knows or soon will.
+
+        A peer that died, or cut its group for a stop of every rank, closes the connections at
+        once, before this rank's watcher sees why: give it a moment, so the error names the cause.
+        """
+        if self.stopped is None and any(sign in str(exc) for sign in CUT_SIGNS):
+            deadline = time.monotonic() + REASON_WAIT
+            while self.stopped is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return self.stopped is not None
+
+    def _refuse_if_stopped(self) -> None:
+        if self.stopped is not None:
+            raise self._why_stopped(started=False)
+
+    def _why_stopped(self, started: bool = True) -> BaseException:
+        """The error a collective of a stopped cell raises: the stop button's, a lost peer's, a stop of all."""
+        info = self.stopped or {}
+        kind, message = info.get("kind"), info.get("message", "the cell was stopped")
+        if kind == "interrupted" and info.get("rank") == self.world.rank:
+            return KeyboardInterrupt()
+        if kind == "stopped":
+            return StoppedError(message)
+        if kind == "lost":
+            return PeerLostError(message)
+        return PeerFailedError(f"{message}; this collective was {'stopped' if started else 'not started'}")
+
+    def agree(self, fp: dict[str, Any], name: str, seq: int, ranks: list[int] | None) -> None:
+        """Publish this rank's fingerprint for collective ``seq`` of group ``name``; compare its members'."""
+        world, client = self.world, self.world.client
+        fp = {**fp, "seq": seq}
+        base = f"{self.cell}/fp/{name}/{seq}"
+        client.set_json(world.key(f"{base}/{world.rank}"), fp)
+        label = f"collective #{seq} ({fp['op']}) of this cell"
+        world.barrier(base, self.timeout, label, on_tick=lambda: self._peer_finished(name, seq, fp, ranks),
+                      members=ranks)
+        who = ranks if ranks is not None else list(range(world.world_size))
+        texts = client.multi_get([world.key(f"{base}/{i}") for i in who])
+        problems = differences({i: json.loads(t) for i, t in zip(who, texts, strict=True)})
+        if problems:
+            raise CollectiveMismatchError(
+                f"{label} does not match across ranks: {'; '.join(problems)}. "
+                "Nothing was sent; fix the cell so every rank issues the same collectives"
+            )
+
+    def _peer_finished(self, name: str, seq: int, fp: dict[str, Any], ranks: list[int] | None) -> None:
+        """Fail if a member ended its body (it published its output) without issuing collective ``seq``."""
+        if self.on_tick is not None:
+            self.on_tick()
+        world = self.world
+        for i in ranks if ranks is not None else range(world.world_size):
+            if i == world.rank:
+                continue
+            done = world.client.get_json_if(world.key(f"{self.cell}/out/{i}"))
+            if done is not None and (done.get("collectives") or {}).get(name, 0) < seq:
+                issued = (done.get("collectives") or {}).get(name, 0)
+                raise CollectiveMismatchError(
+                    f"{world.describe(i)} finished this cell after {issued} collective(s), but "
+                    f"{world.describe(world.rank)} issued #{seq} ({fp['op']}): the ranks run different collectives"
+                )
+
+
+def group_arg(params: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The ``group`` argument of a call (None: the default group); ``params``: the function's parameters."""
+    if "group" in kwargs:
+        return kwargs["group"]
+    if "group" in params:
+        i = params.index("group")
+        if i < len(args):
+            return args[i]
+    return None
+
+
+def raise_if_failed(world: World, cell: str) -> None:
+    """on_tick helper: stop waiting when another rank already failed this cell."""
+    text = world.client.get_if(world.key(f"{cell}/failed"))
+    if text is not None:
+        info = json.loads(text)
+        if info.get("rank") != world.rank:
+            raise PeerFailedError(info.get("message", "another rank failed"))

@@ -1,0 +1,75 @@
+"""A joined kernel's watch over all its cells: stops of every rank, and whether it is busy running one.
+
+One thread per world, polling every :data:`GUARD_INTERVAL`. It publishes under
+``busy/<rank>`` whether this kernel runs a cell (so a barrier elsewhere can
+tell a rank at work from an absent one), and follows ``stops``, the counter
+that ``%dist_stop`` and ``nbdist stop`` raise: a new stop, while a cell runs
+here, is handed to ``on_stop``. Plain cells pay nothing for it: the running
+flag is set without any I/O, and published from this thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import StoreConnectionError
+from ..world.store import StoreClient
+
+log = logging.getLogger(__name__)
+
+GUARD_INTERVAL = 0.2  # seconds between looks at the stop counter
+
+
+def request_stop(client: StoreClient, round_: int, by: str, session: str = "") -> int:
+    """Ask every rank of world round ``round_`` to stop its running cell; returns the stop's number."""
+    n = client.add(f"r/{round_}/stops", 1)
+    client.set_json(f"r/{round_}/stop/{n}", {"message": f"stopped by {by}", "session": session, "t": time.time()})
+    return n
+
+
+class Guard:
+    """Watches one kernel's cells for a world (see the module docstring); ``stop()`` is idempotent."""
+
+    def __init__(self, client: StoreClient, key: Callable[[str], str], rank: int, session: str,
+                 on_stop: Callable[[dict[str, Any]], None]) -> None:
+        self._client, self._key, self._rank, self._session, self._on_stop = client, key, rank, session, on_stop
+        self.running = False  # a cell of this kernel runs (set by the session's cell events)
+        self._published: bool | None = None
+        self._seen = self._client.add(key("stops"), 0)  # stops from before this kernel joined are not for it
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nbdist-guard", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._halt.wait(GUARD_INTERVAL):
+            try:
+                self._look()
+            except StoreConnectionError as exc:
+                log.info("nbdist guard stopped: %s", exc)
+                return
+            except Exception:  # never let the guard die silently of a bug: say so and go on
+                log.exception("nbdist guard")
+
+    def _look(self) -> None:
+        running = self.running
+        if running != self._published:
+            self._client.set_json(self._key(f"busy/{self._rank}"), {"busy": running, "t": time.time()})
+            self._published = running
+        n = self._client.add(self._key("stops"), 0)
+        while self._seen < n:
+            info = self._client.get_json_if(self._key(f"stop/{self._seen + 1}"))
+            if info is None:
+                return  # counted, not yet described: look again next time
+            self._seen += 1
+            if running and self.running and info.get("session") != self._session:
+                self._on_stop(info)
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=2)
+        self._client.close()

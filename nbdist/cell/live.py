@@ -1,0 +1,108 @@
+"""The live table: a %%collective cell's table published early, updated in place while the cell runs.
+
+Every half second, from 0.5 s into the body, each rank publishes what its
+body produced so far (its :class:`~nbdist.cell.outputlog.OutputLog`) and its state
+under ``<cell>/live/<rank>``, when either changed; it reads the others' and
+updates one display in its own notebook, by display id, when the table
+changed. The table is the one :func:`~nbdist.view.celltable.cell_table` draws at the
+end, with a state row per rank; the final table replaces it. A cell that ends
+within 0.5 s publishes nothing early. "running N s" is counted on this
+notebook's clock from its own start of the body, which every rank begins
+within moments of the others (they leave the start barrier together).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from ..errors import NbdistError
+from ..view.celltable import cell_table
+from ..view.shrink import fit
+from ..world.world import World
+from .outputlog import OutputLog
+
+log = logging.getLogger(__name__)
+
+LIVE_AFTER = 0.5  # seconds into the body before the first live table
+LIVE_EVERY = 0.5  # at most this often, per notebook
+LIVE_BYTES = 512 * 1024  # a rank's live record is cut to this; the final one may be larger
+
+
+def _state(record: dict[str, Any] | None, running_for: float) -> str:
+    if record is None or record.get("state") == "running":
+        return f"running {running_for:.0f} s"
+    wall = record.get("wall", 0.0)
+    if record.get("state") == "failed":
+        return f"failed after {wall:.1f} s: {record.get('why', '')}".rstrip(": ")
+    return f"finished in {wall:.1f} s, waiting for the others"
+
+
+class LiveTable:
+    """This rank's part of a cell's live table: publishes its own state, shows everyone's."""
+
+    def __init__(self, world: World, cell: str, title: str, output: OutputLog, publisher: Any,
+                 enabled: bool = True) -> None:
+        self.world, self.cell, self.title, self.output, self.publisher = world, cell, title, output, publisher
+        self.enabled = enabled  # off (--no-live): this notebook neither publishes nor shows a live table
+        self.started = time.monotonic()
+        self.display_id: str | None = None  # set once the first live table is shown
+        self._next = self.started + LIVE_AFTER
+        self._mine: dict[str, Any] = {"state": "running"}
+        self._sent = (-1, "")  # (output changes, state) last published
+        self._shown = ""
+
+    def _key(self, rank: int) -> str:
+        return self.world.key(f"{self.cell}/live/{rank}")
+
+    def finish(self, capture: dict[str, Any]) -> None:
+        """The body ended on this rank: say so at once, if the others may be watching."""
+        error = capture.get("error")
+        self._mine = {"state": "failed" if error else "finished", "wall": capture.get("wall", 0.0),
+                      "why": f"{error['ename']}" if error else ""}
+        if self.enabled and (self.display_id is not None or time.monotonic() >= self._next):
+            self._publish(force=True)
+
+    def tick(self) -> None:
+        """Called every poll slice, by the watcher during the body and by the end barrier after it."""
+        now = time.monotonic()
+        if now < self._next or not self.enabled:
+            return
+        self._next = now + LIVE_EVERY
+        try:
+            self._publish()
+            self._show(now)
+        except NbdistError as exc:  # the store is going away: the watcher and the barriers say so
+            log.debug("live table not updated: %s", exc)
+
+    def _publish(self, force: bool = False) -> None:
+        sent = (self.output.changes, self._mine["state"])
+        if sent == self._sent and not force:
+            return
+        self._sent = sent
+        record = {**self._mine, "outputs": self.output.snapshot()}
+        self.world.client.set(self._key(self.world.rank), fit(record, LIVE_BYTES))
+
+    def _show(self, now: float) -> None:
+        world = self.world
+        records: list[dict[str, Any] | None] = []
+        for i in range(world.world_size):
+            if i == world.rank:
+                records.append({**self._mine, "outputs": self.output.snapshot()})
+                continue
+            text = world.client.get_if(self._key(i))
+            records.append(json.loads(text) if text else None)  # None: not published yet (still running)
+        captures = [r or {"outputs": []} for r in records]
+        states = [_state(r, now - self.started) for r in records]
+        table = cell_table(self.title, world.ranks, captures, states)
+        bundle = table._repr_mimebundle_()
+        if bundle["text/html"] == self._shown:
+            return
+        self._shown = bundle["text/html"]
+        first = self.display_id is None
+        if first:
+            self.display_id = uuid.uuid4().hex
+        self.publisher.publish(data=bundle, metadata={}, transient={"display_id": self.display_id}, update=not first)

@@ -1,0 +1,55 @@
+"""What a finished %%collective shows in a notebook: its table, the group's note, its timeline if traced.
+
+The same for the notebook that ran the cell and for a following one (:mod:`nbdist.drive.follow`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.display import display, update_display
+
+from ..view import trace
+from ..view.celltable import cell_table
+from ..view.display import Message
+from ..view.timeline import Timeline
+from . import cells
+
+
+def show(world: Any, outcome: cells.Outcome) -> list[dict[str, Any]] | None:
+    """Show the cell's table, and its timeline if it was traced; returns the traced calls (None: not traced)."""
+    show_table(world, outcome)
+    if not any(c is not None and "trace" in c for c in outcome.captures):
+        return None
+    calls = trace.merge(outcome.captures)
+    display(Timeline(calls, world.world_size, f"%%collective #{outcome.number}"))
+    return calls
+
+
+def show_table(world: Any, outcome: cells.Outcome) -> None:
+    """The cell's side-by-side table, in place of its live one if it had one, with the group's note."""
+    captures = outcome.captures
+    shown = [c or {"outputs": [{"kind": "note", "text": "(no result from this rank)"}], "wall": 0.0} for c in captures]
+    title = f"%%collective #{outcome.number} · {world.world_size} ranks"
+    if any(c is None for c in captures):
+        title += " · partial: some ranks sent no result"
+    table = cell_table(title, world.ranks, shown)
+    table.footer = group_note(outcome)
+    if outcome.live_id is not None:  # the final table replaces the live one, in place
+        update_display(table, display_id=outcome.live_id)
+    elif table.rows:  # like a plain cell, a cell that showed nothing on any rank shows nothing
+        display(table)
+    elif table.footer:
+        display(Message(table.footer))
+
+
+def group_note(outcome: cells.Outcome) -> str:
+    """What happened to the process group, and what user code must re-create."""
+    held = ", ".join(outcome.holders) or "DDP models and groups made with new_group"
+    if outcome.distrusted:
+        return (f"nbdist: the process group cannot be trusted after this cell ({outcome.distrusted}); every rank "
+                f"rebuilds it at the next %%collective. After that, re-create what held the old one: {held}.")
+    if outcome.rebuilt:
+        again = f" Re-create what held the old one: {held}." if outcome.holders else ""
+        return f"nbdist: the process group was rebuilt before this cell ({outcome.rebuilt}).{again}"
+    return ""

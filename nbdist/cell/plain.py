@@ -1,0 +1,65 @@
+"""The safety net of a plain cell (no %%collective) that calls a collective.
+
+At its first collective the cell gets a process group it can trust (rebuilt
+with every rank if it cannot, as at a %%collective's start) and a
+:class:`~nbdist.cell.watch.CellWatch`, so a lost or failed rank ends it instead of
+leaving it waiting; the watch ends with the cell.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from ..config import TIMEOUTS
+from ..drive import follow
+from ..errors import DriveError, StoreConnectionError
+from .fingerprint import Checker
+from .watch import CellWatch
+
+log = logging.getLogger(__name__)
+
+
+class PlainNet:
+    """One kernel's plain-cell watcher (see the module docstring)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.watch: CellWatch | None = None
+        self._cells = 0
+
+    def checker(self) -> Checker | None:
+        """At a plain cell's first collective: a trusted group, a watcher, and the cell's checker."""
+        s = self.session
+        world = s.world
+        if world is None or s.watch_client is None or threading.current_thread() is not threading.main_thread():
+            return None
+        if s.drive.holding and follow.followers(world):
+            raise DriveError("this notebook drives the world, and its followers run only %%collective cells: a "
+                             "collective in a plain cell would wait for them forever. Put it in a %%collective "
+                             "cell, or run %dist_release first")
+        s.ensure_group()
+        self._cells += 1
+        cell = f"g{world.gen}/plain/{world.rank}/{self._cells}"
+        checker = Checker(world, cell, TIMEOUTS["barrier"], s.hooks.params, compare=False, plain=True)
+        watch = CellWatch(world, s.watch_client, cell, checker, "this cell", stopper=s.stopper, plain=True)
+        watch.__enter__()
+        self.watch, s.hooks.active = watch, checker
+        return checker
+
+    def end(self) -> None:
+        """The plain cell ended: stop its watch; a group it broke is rebuilt by every rank at its next use."""
+        s = self.session
+        watch, self.watch = self.watch, None
+        if watch is None:
+            return
+        if s.hooks.active is watch.checker:
+            s.hooks.active = None
+        watch.__exit__(None, None, None)
+        pg = s.world.pg if s.world is not None else None
+        if pg is not None and pg.broken and pg.gen == s.world.gen:
+            try:
+                s.world.bump_generation(pg.gen)  # the others rebuild at their next cell that uses it, too
+            except StoreConnectionError as exc:
+                log.info("could not tell the others the process group failed: %s", exc)

@@ -1,0 +1,233 @@
+"""A watcher beside a running body: it stops the cell for a reason, and cuts only when it must.
+
+While a %%collective body (or a plain cell that called a collective) runs on
+the kernel's main thread, this thread watches, every 0.1 s, for: another
+rank's failure in this cell (its ``failed`` key; not for plain cells), a rank
+that is gone (see :class:`~nbdist.world.world.PeerTracker`), the rendezvous server
+going away, the stop button (SIGINT, seen through ``signal.set_wakeup_fd``,
+since it is not delivered while C++ blocks), ``--max-time`` running out, and a
+stop of every rank handed over by the guard (:mod:`nbdist.cell.guard`). The last two
+end even a computing body, through :mod:`nbdist.cell.stopper`. It also gives the
+live table (:mod:`nbdist.cell.live`) its turn.
+
+Stopping the cell means: no collective may start any more (the cell's
+:class:`~nbdist.cell.fingerprint.Checker` refuses it). The process group is *cut*
+(see :mod:`nbdist.backend.procgroup`) only when a collective may be waiting: the body
+is inside one, or inside torch code that runs them (DDP's backward, a name
+imported before nbdist wrapped it), or a rank is gone, or the stop button was
+pressed and the body has not ended a second later. A body that is computing
+is left alone, so a failure elsewhere does not break groups and DDP models
+that nothing was waiting on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..config import POLL_INTERVAL
+from ..errors import MaxTimeError, NbdistError, PeerLostError, StoppedError, StoreConnectionError
+from ..world.store import StoreClient
+from ..world.world import World
+from .fingerprint import Checker
+from .stopper import Stopper
+
+log = logging.getLogger(__name__)
+
+# A stop button the body has not answered this long is taken to be stuck in C code: cut.
+INTERRUPT_GRACE = 1.0
+# A collective that lasts this long is noted in the store, for the others' messages and %dist_status.
+LONG_COLLECTIVE = 0.5
+# Where torch runs collectives that nbdist's wrappers do not see.
+_COLLECTIVE_CODE = tuple(os.path.join("torch", part, "") for part in ("distributed", os.path.join("nn", "parallel"),
+                                                                         "autograd"))
+
+
+def publish_failure(client: StoreClient, world: World, cell: str, info: dict[str, Any]) -> dict[str, Any]:
+    """Record the first failure of a cell (first one wins); returns the one that won."""
+    first = client.compare_set(world.key(f"{cell}/failed"), "", json.dumps(info))
+    return json.loads(first)
+
+
+def in_collective_code(thread_id: int) -> bool:
+    """Whether a thread's innermost Python frame is in torch code that runs collectives."""
+    frame = sys._current_frames().get(thread_id)
+    return frame is not None and any(part in frame.f_code.co_filename for part in _COLLECTIVE_CODE)
+
+
+class CellWatch:
+    """Watches one cell of one rank. :attr:`reason` says why it stopped the cell, :attr:`cut` whether it cut."""
+
+    def __init__(self, world: World, client: StoreClient, cell: str, checker: Checker, label: str = "",
+                 on_tick: Callable[[], None] | None = None, max_time: float | None = None,
+                 stopper: Stopper | None = None, plain: bool = False, driver: int | None = None) -> None:
+        self.world, self.client, self.cell, self.checker = world, client, cell, checker
+        self.driver = driver  # a follower's: the stop button of the notebook that drives it stops its body too
+        self._on_tick = on_tick  # the live table's turn, every slice (it keeps its own pace)
+        self.max_time, self.stopper = max_time, stopper
+        self.plain = plain  # a plain cell's: no other rank is in it, so only peers, the stop button, stops
+        self._started = time.monotonic()
+        self._timed_out = False
+        self.cell_label = label or cell
+        self._noted: tuple[str, float] | None = None
+        self.reason: dict[str, Any] | None = None
+        self.interrupted = False
+        self.forced = False  # nbdist itself ended the body (--max-time, a stop of every rank)
+        self._forced_at = 0.0
+        self.cut = False
+        self._interrupted_at = 0.0
+        self._body = threading.get_ident()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nbdist-watch", daemon=True)
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)
+        self._old_wakeup: int | None = None
+
+    def __enter__(self) -> CellWatch:
+        if threading.current_thread() is threading.main_thread():
+            self._old_wakeup = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        if self.stopper is not None:
+            self.stopper.watch = self
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.stopper is not None and self.stopper.watch is self:
+            self.stopper.watch = None
+        self._stop.set()
+        os.write(self._write_fd, b"\0")  # wake the select
+        self._thread.join(timeout=5)
+        if self._old_wakeup is not None:
+            signal.set_wakeup_fd(self._old_wakeup)
+        os.close(self._read_fd)
+        os.close(self._write_fd)
+
+    def _run(self) -> None:
+        failed_key = self.world.key(f"{self.cell}/failed")
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self._read_fd], [], [], POLL_INTERVAL)
+            if ready:
+                data = os.read(self._read_fd, 64)
+                self._forward(data)
+                if signal.SIGINT in data and not self.interrupted:
+                    self.interrupted, self._interrupted_at = True, time.monotonic()
+                    self._stop_cell({"rank": self.world.rank, "kind": "interrupted",
+                                     "message": f"{self.world.describe(self.world.rank)} interrupted its cell"},
+                                    publish=True)
+            if self._stop.is_set():
+                return
+            if self.reason is None:
+                self._look_around(failed_key)
+            self._check_max_time()  # a failure elsewhere leaves a computing body alone; --max-time does not
+            self._cut_if_needed()
+            self._note_long_collective()
+            if self._on_tick is not None:
+                try:
+                    self._on_tick()
+                except Exception:  # a display problem must never stop the watcher
+                    log.exception("nbdist: the live table failed")
+
+    def _check_max_time(self) -> None:
+        if self.max_time is None or self._timed_out or time.monotonic() - self._started < self.max_time:
+            return
+        self._timed_out = True
+        me = self.world.describe(self.world.rank)
+        message = f"{me} was still running its body after --max-time {self.max_time:g} s"
+        self._stop_cell({"rank": self.world.rank, "kind": "max-time", "message": message}, publish=True)
+        self._raise_in_body(MaxTimeError(message))
+
+    def stop_all(self, info: dict[str, Any]) -> None:
+        """Someone stopped every rank (%dist_stop, nbdist stop): end this body now, cutting if it must."""
+        self._stop_cell(info, publish=True)
+        self._raise_in_body(StoppedError(info.get("message", "stopped")))
+
+    def _raise_in_body(self, exc: BaseException) -> None:
+        """A body that is computing ends at once; one inside a collective ends when the cut fails it."""
+        if not self.forced:
+            self.forced, self._forced_at = True, time.monotonic()
+        if self.stopper is not None:
+            self.stopper.stop(exc)
+
+    def _look_around(self, failed_key: str) -> None:
+        try:
+            text = None if self.plain else self.client.get_if(failed_key)
+            if text is not None:
+                info = json.loads(text)
+                if info["rank"] != self.world.rank:
+                    self._stop_cell(info, publish=False)
+                    if info["rank"] == self.driver and info.get("kind") == "interrupted":
+                        self._raise_in_body(StoppedError(info.get("message", "the driver was interrupted")))
+                    return
+            self.world.check_peers(self.client)
+        except PeerLostError as exc:
+            self._stop_cell({"rank": -1, "kind": "lost", "message": str(exc)}, publish=True)
+        except StoreConnectionError as exc:
+            self._stop_cell({"rank": -1, "kind": "server", "message": str(exc)}, publish=False)
+        except NbdistError as exc:
+            log.warning("nbdist watcher: %s", exc)
+
+    def _stop_cell(self, info: dict[str, Any], publish: bool) -> None:
+        log.debug("%s: stopping (%s); inside %s", self.cell, info.get("message"), self.checker.inside)
+        if self.reason is None:
+            self.reason = info
+        if publish:
+            try:
+                publish_failure(self.client, self.world, self.cell, info)
+            except StoreConnectionError as exc:
+                log.info("could not tell the others: %s", exc)
+        self.checker.stop(info)
+
+    def _cut_if_needed(self) -> None:
+        if self.cut or self.reason is None or self.world.pg is None:
+            return
+        must = (
+            self.reason.get("kind") == "lost"  # the group has a dead member: nothing on it can complete
+            or self.checker.inside is not None
+            or in_collective_code(self._body)
+            or (self.interrupted and time.monotonic() - self._interrupted_at > INTERRUPT_GRACE)
+            or (self.forced and time.monotonic() - self._forced_at > INTERRUPT_GRACE)
+        )
+        if must:
+            self.cut = True
+            log.debug("%s: cutting; inside %s", self.cell, self.checker.inside)
+            self.world.pg.cut(self.reason.get("message", ""))
+
+    def _note_long_collective(self) -> None:
+        """Tell the others (and %dist_status) which collective this rank has been inside for a while.
+
+        The note keeps saying that the rank runs this cell's body (the others' end barrier waits for a
+        rank at work in it), and is taken back when the collective ends.
+        """
+        inside = self.checker.inside
+        if inside is None and self._noted is not None:
+            self._noted = None
+            self._note({"what": f"running {self.cell_label}"})
+            return
+        if inside is None or inside == self._noted or time.monotonic() - inside[1] < LONG_COLLECTIVE:
+            return
+        self._noted = inside
+        self._note({"what": f"inside {inside[0]} of {self.cell_label}", "collective": inside[0]})
+
+    def _note(self, record: dict[str, Any]) -> None:
+        body = {} if self.plain else {"body": self.cell}
+        try:
+            self.client.set_json(self.world.key(f"last/{self.world.rank}"), {**record, "t": time.time(), **body})
+        except StoreConnectionError as exc:
+            log.info("could not note the collective: %s", exc)
+
+    def _forward(self, data: bytes) -> None:
+        """Hand signal bytes on to the previous wakeup fd (the event loop's), minus our own wake-up."""
+        data = data.replace(b"\0", b"")
+        if data and self._old_wakeup not in (None, -1):
+            try:
+                os.write(self._old_wakeup, data)
+            except OSError as exc:
+                log.debug("could not forward signal bytes: %s", exc)

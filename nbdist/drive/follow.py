@@ -1,0 +1,354 @@
+"""One notebook drives the world: followers take their cells from the store.
+
+A follower is a rank like any other; only where its cells come from differs.
+The driving notebook runs ``%%collective`` (or ``%dist_barrier``) as in
+lockstep, and first publishes the cell, signed (:mod:`nbdist.world.signing`), under
+``drive/<seq>`` of the world round. Each follower waits there, checks the
+signature, the round, the sequence number and the driver, and then runs the
+very same protocol (:mod:`nbdist.cell.cells`) with that source and those flags.
+
+Keys, under ``r/<round>/``: ``drive/claim`` (the driving rank and session,
+empty when released), ``drive/seq`` (the last published number),
+``drive/followers`` (how many ranks follow), ``follow/<rank>`` (this rank's
+session while it follows), ``drive/refused`` (a follower's refusal, for the
+driver to report).
+
+The first notebook to run a cell while some rank follows holds the drive
+until ``%dist_release`` or until it leaves; while it does, another notebook
+that runs its own ``%%collective`` is told who drives.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..cell import cells
+from ..errors import DriveError, JoinError, NbdistError, StoreConnectionError, WorldChangedError
+from ..world import signing
+from ..world.world import UNBOUNDED, World
+
+CLAIM, SEQ, FOLLOWERS, REFUSED = "drive/claim", "drive/seq", "drive/followers", "drive/refused"
+PUBLISH_GRACE = 2.0  # seconds a numbered message may take to be written (it takes milliseconds)
+DRIVER_CHECK = 1.0  # seconds between a follower's looks at whether its driver lives
+
+
+class FollowEnded(Exception):
+    """Following ended for a reason that is not an error (the driver released or left)."""
+
+
+def followers(world: World) -> int:
+    return world.client.add(world.key(FOLLOWERS), 0)
+
+
+def holder(world: World) -> dict[str, Any] | None:
+    """Who holds the drive (``{"rank", "session"}``), or None."""
+    text = world.client.get_if(world.key(CLAIM)) or ""
+    return json.loads(text) if text else None
+
+
+def _alive(world: World, who: dict[str, Any]) -> bool:
+    """Whether the notebook that holds the drive is still that rank, and its kernel lives."""
+    rank = who.get("rank", -1)
+    if not 0 <= rank < len(world.ranks) or world.ranks[rank].get("session") != who.get("session"):
+        return False
+    beat = world.client.get_json_if(f"hb/{who['session']}") or {}
+    return not beat.get("gone")
+
+
+@dataclass
+class Drive:
+    """This kernel's side of driving: the claim, the key, and publishing."""
+
+    session: str
+    holding: bool = False
+    _key: bytes | None = None
+    _seq: int = 0  # the last sequence number this notebook published (or saw, when it took the drive)
+
+    def key(self, secret: Callable[[], str]) -> bytes:
+        if self._key is None:
+            self._key = signing.key_from(secret())
+        return self._key
+
+    def before(self, world: World, secret: Callable[[], str], kind: str, source: str = "",
+               flags: dict[str, Any] | None = None) -> None:
+        """Before this notebook runs a cell or barrier of its own: publish it to the followers, if any.
+
+        Raises :class:`DriveError` if another notebook drives, or a follower refused an earlier cell.
+        """
+        if not self.holding:
+            if followers(world) == 0:
+                return  # lockstep: every notebook runs its own cells
+            self.take(world)
+        # Published even while no rank follows yet: a follower that starts before the cell does takes it.
+        self.publish(world, secret, kind, source, flags or {})
+
+    def take(self, world: World) -> None:
+        """Hold the drive of ``world`` (raise :class:`DriveError` if a live notebook holds it)."""
+        me = json.dumps({"rank": world.rank, "session": self.session})
+        current = world.client.compare_set(world.key(CLAIM), "", me)
+        if current != me:
+            other = json.loads(current)
+            if _alive(world, other):
+                who = ", ".join(str(i) for i in following(world)) or "none now"
+                raise DriveError(
+                    f"{world.describe(other['rank'])} drives this world (ranks following it: {who}): its cells run "
+                    "there and on its followers. Run %dist_follow here to follow it too, or %dist_release there "
+                    "first; nothing ran")
+            current = world.client.compare_set(world.key(CLAIM), current, me)  # its notebook is gone: take over
+            if current != me:
+                raise DriveError("another notebook took the drive of this world at the same moment; nothing ran")
+        self.holding = True
+        self._seq = world.client.add(world.key(SEQ), 0)
+
+    def publish(self, world: World, secret: Callable[[], str], kind: str, source: str = "",
+                flags: dict[str, Any] | None = None) -> int:
+        """Sign and publish one message for the followers; returns its sequence number."""
+        key = self.key(secret)
+        seq = world.client.add(world.key(SEQ), 1)
+        skipped, self._seq = seq != self._seq + 1, seq
+        if skipped:  # a follower refused a message and burned its slot (see Follower._refuse)
+            self._refused(world)
+        number = world.peek_name("cell") if kind == "collective" else 0
+        cell = signing.sign(key, {"round": world.round, "seq": seq, "driver": world.rank, "session": self.session,
+                                  "kind": kind, "source": source, "flags": flags or {}, "gen": world.gen,
+                                  "number": number, "t": time.time()})
+        world.client.set(world.key(f"drive/{seq}"), json.dumps(cell))
+        return seq
+
+    def _refused(self, world: World) -> None:
+        refused = world.client.get_json_if(world.key(REFUSED))
+        if refused is not None:
+            world.client.delete(world.key(REFUSED))
+            raise DriveError(f"{world.describe(refused['rank'])} refused message #{refused['seq']} sent as from this "
+                             f"notebook ({refused['reason']}) and stopped following; nothing ran. Someone who can "
+                             "reach the rendezvous port may have written into the store")
+
+    def release(self, world: World, secret: Callable[[], str], why: str = "") -> bool:
+        """Give up the drive; the followers stop following (told ``why``). True if this notebook held it."""
+        if not self.holding:
+            return False
+        self.holding = False
+        me = json.dumps({"rank": world.rank, "session": self.session})
+        if world.client.compare_set(world.key(CLAIM), me, "") != "":
+            return False  # taken over meanwhile (this notebook was thought gone)
+        if followers(world):
+            self.publish(world, secret, "release", why)
+        return True
+
+
+def following(world: World) -> list[int]:
+    """The ranks that follow now (from their ``follow/<rank>`` keys)."""
+    return [i for i in range(world.world_size) if world.client.get_if(world.key(f"follow/{i}"))]
+
+
+@dataclass
+class Followed:
+    """One verified message from the driver."""
+
+    seq: int
+    kind: str
+    source: str
+    flags: dict[str, Any]
+    gen: int
+    number: int
+    driver: int
+
+
+class Follower:
+    """This rank's side of following: wait for each signed message and hand it over, verified."""
+
+    def __init__(self, world: World, session: str, secret: str) -> None:
+        self.world, self.session = world, session
+        self._key = signing.key_from(secret)
+        self._next_driver_check = 0.0
+        self._claim: dict[str, Any] = {}  # who held the drive when last read
+        self.seq = self._first_seq()
+
+    def __enter__(self) -> Follower:
+        world = self.world
+        world.client.set(world.key(f"follow/{world.rank}"), self.session)
+        world.client.add(world.key(FOLLOWERS), 1)
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        world = self.world
+        try:
+            world.client.add(world.key(FOLLOWERS), -1)
+            world.client.set(world.key(f"follow/{world.rank}"), "")
+        except NbdistError:  # the server is gone: nobody to tell
+            return
+
+    def _first_seq(self) -> int:
+        """The next message due: the last published one, if its cell has not started yet (the driver waits)."""
+        world = self.world
+        last = world.client.add(world.key(SEQ), 0)
+        if last == 0:
+            return 1
+        text = self._published(last)
+        if text is None:
+            return last + 1  # numbered, never written: the driver's publish failed (it was told of a refusal)
+        cell = _parsed(text) or {}
+        numbered = isinstance(cell.get("number"), int) and isinstance(cell.get("gen"), int)
+        rank = cell.get("driver")
+        driver = {"rank": rank, "session": world.ranks[rank].get("session")} if rank in range(world.world_size) else {}
+        if cell.get("kind") == "collective" and numbered and not signing.verify(self._key, cell, round_=world.round,
+                                                                                seq=last, driver=driver):
+            # check, not get_if: a compare-and-set on the missing key would wake the driver's wait on it.
+            started = world.client.check([world.key(f"g{cell['gen']}/cell/{cell['number']}/in/state")])
+            if not started and time.time() - float(cell.get("t") or 0) < 600:
+                return last
+        return last + 1
+
+    def _published(self, seq: int) -> str | None:
+        """Message ``seq``, given a moment to appear: the driver numbers it (add), then signs and writes it."""
+        key = self.world.key(f"drive/{seq}")
+        deadline = time.monotonic() + PUBLISH_GRACE
+        # check, not get_if: a compare-and-set on the missing key would wake the waits on it.
+        while not self.world.client.check([key]):
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+        return self.world.client.get_if(key)
+
+    def next(self) -> Followed:
+        """Wait for the next message (the stop button ends the wait); raise :class:`FollowEnded` or refuse."""
+        world = self.world
+        key = world.key(f"drive/{self.seq}")
+        text = None
+        while text is None:  # None: woken by another client's read of the missing key (see World._wait_open)
+            world.client.wait([key], UNBOUNDED, on_tick=self._tick)
+            text = world.client.get_if(key)
+        cell = _parsed(text)
+        if cell is None:
+            self._refuse({}, "it is not a message nbdist sends (not a JSON object)")
+        claim = self._claim
+        if (claim.get("rank"), claim.get("session")) != (cell.get("driver"), cell.get("session")):
+            claim = self._claim = holder(world) or {}  # read again only when another notebook seems to send
+        rank = claim.get("rank", cell.get("driver"))
+        driver = world.ranks[rank] if isinstance(rank, int) and 0 <= rank < len(world.ranks) else {}
+        why = signing.verify(self._key, cell, round_=world.round, seq=self.seq,
+                             driver={"rank": rank, "session": driver.get("session")})
+        if why is not None:
+            self._refuse(cell, why)
+        self.seq += 1
+        if cell["kind"] == "release":
+            why = cell["source"] or "released the world (%dist_release): this notebook runs its own cells again"
+            raise FollowEnded(f"{world.describe(cell['driver'])} {why}")
+        return Followed(cell["seq"], cell["kind"], cell["source"], cell["flags"], cell["gen"], cell["number"],
+                        cell["driver"])
+
+    def _tick(self) -> None:
+        self.world.check_world()
+        now = time.monotonic()
+        if now < self._next_driver_check:
+            return
+        self._next_driver_check = now + DRIVER_CHECK
+        claim = holder(self.world)
+        if claim is not None and not _alive(self.world, claim):
+            raise FollowEnded(f"the driving notebook, {self.world.describe(claim['rank'])}, is gone")
+
+    def _refuse(self, cell: dict[str, Any], why: str) -> None:
+        """Tell the driver, end the cell it may be waiting in, and raise here: nothing of the cell runs."""
+        world = self.world
+        claimed = cell.get("driver")
+        world.client.set_json(world.key(REFUSED), {"rank": world.rank, "seq": self.seq, "reason": why})
+        # Burn the slot: the driver's next message goes after it (and the driver hears of this there).
+        world.client.compare_set(world.key(SEQ), str(self.seq - 1), str(self.seq))
+        gen, number = cell.get("gen"), cell.get("number")
+        if isinstance(gen, int) and isinstance(number, int) and number > 0:
+            for barrier in ("in", "out"):
+                world.client.compare_set(world.key(f"g{gen}/cell/{number}/{barrier}/state"), "",
+                                         f"{world.describe(world.rank)} refused the cell: {why}")
+        raise signing.SigningError(
+            f"nbdist refused message #{self.seq} (sent as from rank {claimed}): {why}. Nothing of it ran; this "
+            "notebook stopped following and stays in the world")
+
+
+def _parsed(text: str) -> dict[str, Any] | None:
+    """A message as stored, or None if it is not a JSON object (anyone can write into the store)."""
+    try:
+        cell = json.loads(text)
+    except ValueError:
+        return None
+    return cell if isinstance(cell, dict) else None
+
+
+# Errors after which this world cannot go on as it was: the follower stops following.
+_ENDS = (StoreConnectionError, WorldChangedError, JoinError)
+
+
+def cell_flags(flags: cells.Flags) -> dict[str, Any]:
+    """A cell's flags as the driver sends them (``live`` is each notebook's own choice)."""
+    return {"timeout": flags.timeout, "check": flags.check, "same_code": flags.same_code, "max_time": flags.max_time,
+            "trace": flags.trace}
+
+
+@dataclass
+class Shows:
+    """How a following notebook shows what it runs (the magics' displays)."""
+
+    source: Callable[[Followed], None] | None  # None: not shown
+    outcome: Callable[[Any], None]
+    error: Callable[[BaseException], None]
+    barrier: Callable[[float], None]
+    started: Callable[[], None] = lambda: None
+
+
+def run(session: Any, follower: Follower, show: Shows) -> str:
+    """Run every message of the driver until following ends; returns why it ended.
+
+    Each cell's own error is shown and following goes on, as the driver goes on;
+    the stop button here (a plain KeyboardInterrupt) ends following and is raised.
+    """
+    with follower:
+        show.started()
+        while True:
+            try:
+                msg = follower.next()
+            except FollowEnded as exc:
+                return str(exc)
+            except _ENDS as exc:
+                return f"following ended: {exc}"
+            try:
+                if msg.kind == "barrier":
+                    show.barrier(session.barrier(float(msg.flags.get("timeout", 300.0))))
+                    continue
+                shown = None
+                if show.source is not None:
+                    shown = threading.Thread(target=show.source, args=(msg,), daemon=True)
+                    shown.start()  # while this rank meets the others: the driver waits for it
+                outcome = session.collective(msg.source, cells.Flags(**msg.flags), align=(msg.gen, msg.number),
+                                             driver=msg.driver)
+            except KeyboardInterrupt as exc:
+                if type(exc) is KeyboardInterrupt:
+                    _show_partial(show, exc)
+                    raise
+                _show_partial(show, exc)
+                show.error(exc)
+                continue
+            except NbdistError as exc:
+                _show_partial(show, exc)
+                show.error(exc)
+                if isinstance(exc, _ENDS):
+                    return f"following ended: {exc}"
+                continue
+            if shown is not None:
+                shown.join()
+            show.outcome(outcome)
+            error = cells.error_for(session.world, outcome)
+            if type(error) is KeyboardInterrupt:
+                raise error
+            if error is not None:
+                show.error(error)
+
+
+def _show_partial(show: Shows, exc: BaseException) -> None:
+    """A cell cut short may still have every rank's table so far: show it."""
+    partial = getattr(exc, "outcome", None)
+    if partial is not None:
+        show.outcome(partial)

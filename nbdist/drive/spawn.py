@@ -1,0 +1,84 @@
+"""What ``%dist_init --spawn N`` means: this notebook as rank 0 of N on 127.0.0.1, and its workers' flags."""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backend import envplan
+from ..config import DEFAULT_PORT, RUN_VARIABLE, ConfigError
+from ..world import netinfo
+
+MASTER = "127.0.0.1"
+FALLBACK_PORTS = (*range(DEFAULT_PORT + 1, DEFAULT_PORT + 100), *range(20000, 20100))
+
+
+@dataclass
+class Plan:
+    flags: dict[str, Any]  # for config.resolve: this notebook's flags, as rank 0
+    worker_flags: str  # the workers' %dist_init flags beside --rank/--world-size/--master-*
+    sources: dict[str, str] = field(default_factory=dict)
+    note: str = ""  # shown while the workers start (a port other than the one asked for)
+
+
+def free_port() -> tuple[int, str]:
+    """29500 if nothing holds it on 127.0.0.1, else a free port below the ephemeral range; and a note saying so."""
+    if netinfo.first_free_port((DEFAULT_PORT,), MASTER) == DEFAULT_PORT:
+        return DEFAULT_PORT, ""
+    port = netinfo.first_free_port(FALLBACK_PORTS, MASTER)
+    if port is None:
+        raise ConfigError("no free TCP port on 127.0.0.1 for the world: pass --master-port")
+    return port, f" (port {DEFAULT_PORT} is busy: using {port})"
+
+
+def from_namespace(namespace: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+    """``SPAWN = N`` in the notebook (a course notebook's parameters) as ``--spawn N``; 0, None or False: none.
+
+    Not in a copy that ``nbdist run`` started as one rank of several (``NBDIST_RUN``): the runner chose its rank."""
+    if environ.get(RUN_VARIABLE):
+        return None
+    value = namespace.get("SPAWN")
+    if value is None or value is False or value == 0 or value == "":
+        return None
+    return str(value)
+
+
+def plan(args: Any, environ: Mapping[str, str]) -> Plan:
+    """The world ``--spawn N`` forms, from the %dist_init flags; raise ConfigError for flags it cannot take."""
+    try:
+        n = int(str(args.spawn))
+    except ValueError:
+        raise ConfigError(f"--spawn takes the number of ranks, not {args.spawn!r}") from None
+    if n < 2:
+        raise ConfigError(f"--spawn N needs N >= 2 (this notebook and at least one worker), not {n}")
+    given = [flag for flag, value in (("--rank", args.rank), ("--world-size", args.world_size),
+                                      ("--master-addr", args.master_addr)) if value is not None]
+    if given:
+        raise ConfigError(f"--spawn {n} makes this notebook rank 0 of {n} on {MASTER}: leave out {', '.join(given)}")
+    sources = {"rank": "--spawn", "world_size": "--spawn", "master_addr": "--spawn"}
+    note = ""
+    if args.master_port is not None:
+        port = args.master_port
+    else:
+        port, note = free_port()
+        sources["master_port"] = f"--spawn: {DEFAULT_PORT} is busy, so a free port" if note else "default"
+    token = args.token or environ.get("NBDIST_TOKEN") or None
+    if token is None:
+        token = secrets.token_hex(16)  # the workers get it in their environment, never through the store
+        sources["token"] = "--spawn, random"
+    env = envplan.parse_overrides(args.env)
+    flags = {"rank": 0, "world_size": n, "master_addr": MASTER, "master_port": port, "backend": args.backend,
+             "device": args.device, "timeout": args.timeout, "debug": args.debug, "pg_timeout": args.pg_timeout,
+             "token": token, "env": env}
+    worker = []
+    for flag, value in (("--backend", args.backend), ("--timeout", args.timeout), ("--pg-timeout", args.pg_timeout)):
+        if value is not None:
+            worker += [flag, str(value)]
+    if args.debug is not None:
+        worker += ["--debug", args.debug]
+    for key, value in env.items():
+        worker += ["--env", f"{key}={value}"]
+    return Plan(flags, shlex.join(worker), sources, note)

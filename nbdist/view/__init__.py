@@ -1,0 +1,11 @@
+"""The view: pure rendering of plain data (dicts, lists, strings).
+
+Owns the facts and status tables (``display``), a cell's side-by-side table
+(``celltable``, ``align``), sanitising a rank's HTML (``sanitize``), fitting a
+record to the store (``shrink``), tracebacks (``tracebacks``), pictures of
+tensors (``pictures``) and a traced cell's calls and timeline (``trace``,
+``timeline``).
+
+May import: the shared base only. It never imports the cell protocol or the
+world: what it draws arrives as plain data.
+"""

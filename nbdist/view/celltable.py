@@ -1,0 +1,243 @@
+"""The side-by-side table of one %%collective cell, live or final: one renderer for both.
+
+Pure: captures in (JSON data each rank published), HTML and text out. Each
+rank's column lists its outputs in the order it produced them (see
+:mod:`nbdist.cell.outputlog`). The ranks' sequences are aligned (:mod:`nbdist.view.align`):
+an output that every rank produced at the same point, equal in every MIME
+type, is shown once and marked identical; what lies between differs and is
+shown per rank. Then come the ``Out`` row, errors, and, while the cell runs,
+each rank's state.
+
+Another rank's output is untrusted. Text is escaped; images are embedded only
+as validated base64 PNG/JPEG; HTML is sanitised (:mod:`nbdist.view.sanitize`);
+SVG, Markdown and LaTeX are shown as their source text.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import sanitize
+from .align import align
+from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, STDERR_STYLE, TABLE_STYLE, text_html
+from .shrink import DROPPED  # in a bundle: what was left out to fit the store, and why
+
+_B64 = re.compile(r"^[A-Za-z0-9+/=\s]+$")
+_HTML_STYLE = "max-width:100%;overflow:auto"
+_SOURCE_SHOWN = {"image/svg+xml": "SVG", "text/markdown": "Markdown", "text/latex": "LaTeX"}
+FULL_TRACEBACK = "[full traceback, nbdist's frames included]"
+
+
+@dataclass
+class Piece:
+    """One output of one rank: what the text form shows, safe HTML, and its identity."""
+
+    kind: str  # stdout, stderr, display, note, Out, error, stopped, state
+    text: str
+    html: str
+    key: str
+
+    @property
+    def label(self) -> str:
+        return "stopped by nbdist" if self.kind == "stopped" else self.kind
+
+
+def _pre(text: str, style: str = "") -> str:
+    return f'<pre style="{PRE_STYLE}{";" + style if style else ""}">{text_html(text)}</pre>'
+
+
+def bundle_html(data: dict[str, Any]) -> str:
+    """A rank's mime bundle as safe HTML: its richest form that is safe to show here."""
+    notes = f"<div><small>{html.escape(data[DROPPED])}</small></div>" if data.get(DROPPED) else ""
+    for mime in ("image/png", "image/jpeg"):
+        payload = data.get(mime)
+        if isinstance(payload, str) and _B64.match(payload):
+            return f'<img src="data:{mime};base64,{payload.strip()}" style="max-width:100%">{notes}'
+    if isinstance(data.get("text/html"), str):
+        return f'<div style="{_HTML_STYLE}">{sanitize.clean_html(data["text/html"])}</div>{notes}'
+    for mime, name in _SOURCE_SHOWN.items():
+        if isinstance(data.get(mime), str):
+            note = f"<small>{name}, shown as its source (nbdist does not render another rank's {name})</small>"
+            return f"{note}{_pre(data[mime])}{notes}"
+    return _pre(data.get("text/plain", "")) + notes
+
+
+def bundle_text(data: dict[str, Any]) -> str:
+    text = data.get("text/plain")
+    if not isinstance(text, str):
+        text = next((data[m] for m in _SOURCE_SHOWN if isinstance(data.get(m), str)), "")
+    return f"{text}\n{data[DROPPED]}" if data.get(DROPPED) else text
+
+
+def _bundle_piece(kind: str, data: dict[str, Any]) -> Piece:
+    return Piece(kind, bundle_text(data), bundle_html(data), f"{kind}\0{json.dumps(data, sort_keys=True)}")
+
+
+def output_piece(output: dict[str, Any]) -> Piece:
+    """A piece from one entry of a capture's ``outputs``."""
+    kind = output.get("kind", "note")
+    if kind == "display":
+        return _bundle_piece("display", output.get("data") or {})
+    text = str(output.get("text", ""))
+    if kind == "stderr":
+        return Piece(kind, text, _pre(text, STDERR_STYLE), f"stderr\0{text}")
+    if kind == "note":
+        return Piece(kind, text, f"<small><i>{html.escape(text)}</i></small>", f"note\0{text}")
+    return Piece("stdout", text, _pre(text), f"stdout\0{text}")
+
+
+def _details(summary: str, body: str) -> str:
+    return f"<details><summary><small>{html.escape(summary)}</small></summary>{_pre(body)}</details>"
+
+
+def error_pieces(cap: dict[str, Any]) -> list[Piece]:
+    """A rank's error, and why nbdist stopped it: the user's frames first, the full traceback one click away."""
+    error = cap.get("error") or {}
+    cancelled = str(cap.get("cancelled") or "")
+    full = str(error.get("traceback", ""))
+    if error and cancelled and error.get("consequence"):
+        where = error.get("where") or ""
+        text = f"stopped{' in ' + where if where else ''}, because {cancelled}"
+        body = f'{_pre(text)}{_details("full traceback", full)}'
+        return [Piece("stopped", f"{text}\n{FULL_TRACEBACK}\n{full}", body, f"stopped\0{text}")]
+    pieces = []
+    if error:
+        short = str(error.get("short") or full)
+        body = _pre(short) + (_details("full traceback (with nbdist's frames)", full) if short != full else "")
+        text = short if short == full else f"{short}\n{FULL_TRACEBACK}\n{full}"
+        pieces.append(Piece("error", text, body, f"error\0{full}"))
+    if cancelled:
+        pieces.append(Piece("stopped", cancelled, _pre(cancelled), f"stopped\0{cancelled}"))
+    return pieces
+
+
+@dataclass
+class Row:
+    """One row: a piece every rank shares (``same``), or each rank's own pieces (``per_rank``)."""
+
+    label: str
+    same: Piece | None = None
+    per_rank: list[list[Piece]] = field(default_factory=list)
+
+
+def _differing(label: str | None, per_rank: list[list[Piece]]) -> Row | None:
+    if not any(per_rank):
+        return None
+    kinds = dict.fromkeys(p.label for pieces in per_rank for p in pieces)  # in order of appearance
+    return Row(label or " · ".join(kinds), per_rank=per_rank)
+
+
+def _aligned_rows(columns: list[list[Piece]]) -> list[Row]:
+    if len(columns) == 1:
+        return [Row(p.label, per_rank=[[p]]) for p in columns[0]]
+    rows = []
+    for seg in align([[p.key for p in col] for col in columns]):
+        if seg.same:
+            piece = columns[0][seg.spans[0][0]]
+            rows.append(Row(piece.label, same=piece))
+        elif row := _differing(None, [col[a:b] for col, (a, b) in zip(columns, seg.spans, strict=True)]):
+            rows.append(row)
+    return rows
+
+
+def _fixed_row(label: str, per_rank: list[list[Piece]]) -> Row | None:
+    """A row at a fixed place (Out, errors, state): shared when every rank has the same one piece."""
+    if len(per_rank) > 1 and all(len(p) == 1 for p in per_rank) and len({p[0].key for p in per_rank}) == 1:
+        return Row(label, same=per_rank[0][0])
+    return _differing(label, per_rank)
+
+
+@dataclass
+class CellTable:
+    """The table of one cell: headings per rank and rows in output order."""
+
+    title: str
+    columns: list[str]
+    rows: list[Row]
+    footer: str = ""
+
+    def _repr_html_(self) -> str:
+        n = len(self.columns)
+        head = "".join(f'<th style="{CELL_STYLE}">{html.escape(c)}</th>' for c in self.columns)
+        body = []
+        for row in self.rows:
+            if row.same is not None:
+                note = f"<br><small>identical on all {n} ranks</small>" if n > 1 else ""
+                body.append(f'<tr><th style="{CELL_STYLE}">{html.escape(row.label)}{note}</th>'
+                            f'<td colspan="{n}" style="{CELL_STYLE}">{row.same.html}</td></tr>')
+                continue
+            marked = n > 1 and row.label != "state"
+            style = f"{CELL_STYLE};{DIFF_STYLE}" if marked else CELL_STYLE
+            note = "<br><small>≠ differs between ranks</small>" if marked else ""
+            tds = "".join(f'<td style="{style}">{"".join(p.html for p in pieces)}</td>' for pieces in row.per_rank)
+            body.append(f'<tr><th style="{style}">{html.escape(row.label)}{note}</th>{tds}</tr>')
+        foot = f"<div><small>{html.escape(self.footer)}</small></div>" if self.footer else ""
+        return (f'<div class="nbdist"><div><b>{html.escape(self.title)}</b></div>'
+                f'<table style="{TABLE_STYLE}"><thead><tr><th style="{CELL_STYLE}"></th>'
+                f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{foot}</div>")
+
+    def __repr__(self) -> str:
+        """The text form, in the same order: runs of shared rows, then each rank's own rows under its heading."""
+        n = len(self.columns)
+        lines = [self.title]
+        i = 0
+        while i < len(self.rows):
+            shared = self.rows[i].same is not None
+            j = i
+            while j < len(self.rows) and (self.rows[j].same is not None) == shared:
+                j += 1
+            group = self.rows[i:j]
+            if shared:
+                lines.append(f"── all {n} ranks (identical) ──" if n > 1 else f"── {self.columns[0]} ──")
+                lines += [_labelled(row.label, row.same.text) for row in group if row.same is not None]
+            else:
+                for r, column in enumerate(self.columns):
+                    own = [p for row in group for p in row.per_rank[r]]
+                    if not own:
+                        continue
+                    lines.append(f"── {column} ──")
+                    for p in own:
+                        marker = " (differs)" if n > 1 and p.kind != "state" else ""
+                        lines.append(_labelled(f"{p.label}{marker}", p.text))
+            i = j
+        if self.footer:
+            lines.append(self.footer)
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return {"text/plain": repr(self), "text/html": self._repr_html_()}
+
+
+def _labelled(label: str, text: str) -> str:
+    text = text.rstrip("\n")
+    if "\n" not in text:
+        return f"{label}: {text}"
+    return "\n".join([f"{label}:", *("  " + line for line in text.split("\n"))])
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def cell_table(title: str, ranks: list[dict[str, Any]], captures: list[dict[str, Any]],
+               states: list[str] | None = None) -> CellTable:
+    """The table of one %%collective cell; ``states`` (one line per rank) while it is still running."""
+    columns = [f"rank {i} · {info.get('host', '?')}" + ("" if states else f" · {_duration(cap.get('wall', 0.0))}")
+               for i, (info, cap) in enumerate(zip(ranks, captures, strict=True))]
+    rows = _aligned_rows([[output_piece(o) for o in cap.get("outputs", [])] for cap in captures])
+    fixed = [
+        ("Out", [[_bundle_piece("Out", cap["result"])] if cap.get("result") else [] for cap in captures]),
+        ("error", [error_pieces(cap) for cap in captures]),
+    ]
+    if states:
+        fixed.append(("state", [[Piece("state", s, _pre(s), f"state\0{s}")] for s in states]))
+    for label, per_rank in fixed:
+        # Errors and stops are each rank's own, never merged; the row is named after what it holds.
+        row = _differing(None, per_rank) if label == "error" else _fixed_row(label, per_rank)
+        if row is not None:
+            rows.append(row)
+    return CellTable(title, columns, rows)

@@ -1,0 +1,72 @@
+"""A rank's heartbeat in the store, fed by the kernel and beaten by its pulse process."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from ..config import HEARTBEAT_INTERVAL
+from ..errors import StoreConnectionError
+from .pulse import Pulse
+from .store import StoreClient
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """Proves this kernel is alive: its pulse process beats in the store, and this thread feeds it.
+
+    The pulse (:mod:`nbdist.world.pulse`) keeps beating while the kernel's Python is
+    busy in one long C call, and says "gone" when the kernel dies. Until its
+    first beat shows (about 0.1 s), or if it cannot run, this thread writes
+    the beats itself, as a plain heartbeat.
+    """
+
+    def __init__(self, client: StoreClient, session: str, rank: int) -> None:
+        self._client, self._key, self._rank = client, f"hb/{session}", rank
+        self._stop = threading.Event()
+        self.pulse: Pulse | None = None
+        try:
+            self.pulse = Pulse.start(client.host, client.port, self._key, rank)
+        except OSError as exc:
+            log.warning("nbdist: no pulse process (%s); liveness falls back to a thread, which a long C call "
+                        "holding the GIL stops", exc)
+        self._thread = threading.Thread(target=self._run, name="nbdist-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        n, pulsing = 0, False
+        while not self._stop.is_set():
+            pulse = self.pulse
+            try:
+                if pulse is not None and pulse.running:
+                    pulse.beat()
+                    if not pulsing:
+                        beat = self._client.get_json_if(self._key)
+                        pulsing = beat is not None and beat.get("pulse") == pulse.pid
+                elif pulsing:
+                    log.warning("nbdist: the pulse process ended (%s); this thread beats instead",
+                                pulse.error() if pulse is not None else "")
+                    pulsing = False
+                if not pulsing:
+                    n += 1
+                    self._client.set_json(self._key, {"n": -n, "t": time.time(), "rank": self._rank})
+            except StoreConnectionError as exc:
+                log.warning("nbdist heartbeat stopped: %s", exc)
+                return
+            self._stop.wait(HEARTBEAT_INTERVAL / 2)
+
+    def stop(self) -> None:
+        """Stop beating (the pulse too, without it saying "gone") and remove the key; idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=2 * HEARTBEAT_INTERVAL)
+        if self.pulse is not None:
+            self.pulse.stop()
+        try:
+            self._client.delete(self._key)
+        except StoreConnectionError:
+            log.debug("server gone; heartbeat key not removed")
+        self._client.close()

@@ -1,0 +1,262 @@
+"""Joining a world and meeting at barriers, over the rendezvous store.
+
+A world is formed in numbered *rounds*. Each rank claims its slot in the
+current round; the round is ready when every slot is claimed. Re-running
+``%%dist_init`` in a formed world opens the next round, and the others follow
+when they re-run theirs; a rank still in the old round learns it at its next
+wait. Store layout (under ``nbdist/``)::
+
+    round                   current round number
+    r/<r>/size              world size of the round (first joiner sets it)
+    r/<r>/rank/<i>          JSON registration of rank i
+    r/<r>/count, ready      slots claimed; set once all are
+    r/<r>/error             JSON: a reason every rank of the round must fail
+    r/<r>/last/<i>          JSON: what rank i did last
+    r/<r>/left/<i>, left_n  JSON: rank i left the world; how many left
+    hb/<session>            heartbeat counter of one kernel's session
+    r/<r>/<barrier>/...     barriers (see :meth:`World.barrier`)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from ..config import POLL_INTERVAL
+from ..errors import JoinError, WaitTimeout, WorldChangedError
+from .store import StoreClient
+from .world import World, current_round
+
+StatusCallback = Callable[[dict[str, Any]], None]
+
+
+def is_alive(client: StoreClient, session: str, window: float = 2.5) -> bool:
+    """Whether a session's heartbeat moves within ``window`` seconds (clock-independent)."""
+    return any_alive(client, [session], window)
+
+
+def join(
+    client: StoreClient,
+    me: dict[str, Any],
+    world_size: int,
+    timeout: float,
+    on_status: StatusCallback | None = None,
+    deadline: float | None = None,
+) -> World:
+    """Claim ``me["rank"]`` in the current round and wait until every rank has joined.
+
+    ``timeout`` is the --timeout the user gave (named in messages); ``deadline``
+    (monotonic) is when to give up, if the join started before this call (the
+    elapsed time shown counts from then).
+    """
+    rank = me["rank"]
+    session = me["session"]
+    started = time.monotonic() if deadline is None else deadline - timeout
+    deadline = started + timeout
+    while True:
+        r = current_round(client)
+        ready = client.check([f"r/{r}/ready"])
+        size = client.compare_set(f"r/{r}/size", "", str(world_size))
+        nonce = uuid.uuid4().hex
+        mine = json.dumps({**me, "nonce": nonce})
+        claim_text = client.compare_set(f"r/{r}/rank/{rank}", "", mine) if not ready else None
+        if ready:
+            holder_text = client.get_if(f"r/{r}/rank/{rank}")
+            holder = json.loads(holder_text) if holder_text else None
+            if holder and holder["session"] != session:
+                if is_alive(client, holder["session"]):
+                    raise _duplicate(rank, holder)
+                if int(size) == world_size and any_alive(client, _claimants(client, r, holder["session"])):
+                    world = _replace(client, r, rank, world_size, me, holder_text)
+                    if world is not None:
+                        return world
+                    continue
+            # A formed world re-initialised by one of its ranks: open the next round.
+            _advance(client, r)
+            continue
+        if client.check([f"r/{r}/error"]):
+            _advance(client, r)  # a failed attempt; start afresh
+            continue
+        if int(size) != world_size:
+            if not any_alive(client, _claimants(client, r, session)):
+                _advance(client, r)  # only abandoned claims: start afresh
+                continue
+            message = (
+                f"world sizes disagree: rank {rank} ({me['host']}) says --world-size "
+                f"{world_size}, but the world being formed has {size}; use the same "
+                "--world-size in every notebook"
+            )
+            client.compare_set(f"r/{r}/error", "", json.dumps({"message": message}))
+            raise JoinError(message)
+        claim = json.loads(claim_text)
+        if claim.get("nonce") == nonce:
+            client.add(f"r/{r}/count", 1)
+            client.append(f"r/{r}/joined", f"{rank},")
+        elif claim["session"] == session:
+            client.set(f"r/{r}/rank/{rank}", mine)  # our own earlier, interrupted attempt
+        elif is_alive(client, claim["session"]):
+            raise _duplicate(rank, claim)
+        elif client.compare_set(f"r/{r}/rank/{rank}", claim_text, mine) != mine:
+            continue  # someone else replaced the stale claim first; look again
+        break
+    world = World(client, r, rank, world_size, me)
+    world.note("joining")
+    try:
+        _wait_until_formed(client, world, timeout, deadline, started, on_status)
+    except BaseException:
+        _withdraw(client, r, rank, session)  # an interrupted or failed join must not count
+        raise
+    world.ranks = [json.loads(t) for t in client.multi_get([f"r/{r}/rank/{i}" for i in range(world_size)])]
+    if on_status is not None:
+        on_status(_join_status(client, r, world_size, time.monotonic() - started, world.ranks))
+    return world
+
+
+def _replace(
+    client: StoreClient, r: int, rank: int, world_size: int, me: dict[str, Any], holder_text: str
+) -> World | None:
+    """Take the slot of a rank that stopped responding in a formed world (its kernel restarted).
+
+    The others keep their round; the process group is rebuilt by every rank
+    at the next %%collective (a new generation). None if another notebook
+    took the slot first.
+    """
+    mine = json.dumps({**me, "nonce": uuid.uuid4().hex})
+    if client.compare_set(f"r/{r}/rank/{rank}", holder_text, mine) != mine:
+        return None
+    world = World(client, r, rank, world_size, me)
+    world.bump_generation(world.store_generation())
+    world.enter_generation(world.store_generation())
+    world.note("rejoined (replacing a rank that stopped responding)")
+    world.replaced = json.loads(holder_text)
+    return world
+
+
+def _wait_until_formed(
+    client: StoreClient,
+    world: World,
+    timeout: float,
+    deadline: float,
+    started: float,
+    on_status: StatusCallback | None,
+) -> None:
+    r, world_size = world.round, world.world_size
+    last_status = 0.0
+    while True:
+        error = client.get_json_if(f"r/{r}/error")
+        if error is not None:
+            raise JoinError(error["message"])
+        if current_round(client) != r:
+            raise WorldChangedError("the world was re-formed while this rank was joining: run %%dist_init again")
+        count = client.add(f"r/{r}/count", 0)
+        if count >= world_size:
+            client.set(f"r/{r}/ready", "1")
+            break
+        now = time.monotonic()
+        if on_status is not None and now - last_status >= 0.5:
+            last_status = now
+            on_status(_join_status(client, r, world_size, now - started))
+        if now > deadline:
+            status = _join_status(client, r, world_size, now - started)
+            missing = ", ".join(str(i) for i in status["missing"])
+            raise WaitTimeout(
+                f"not every rank joined within --timeout {timeout:g} s; missing rank(s) {missing}. "
+                "Run %%dist_init in their notebooks, or raise --timeout"
+            )
+        time.sleep(POLL_INTERVAL)
+
+
+def _withdraw(client: StoreClient, r: int, rank: int, session: str) -> None:
+    """Give back this session's slot in a round that has not formed."""
+    if client.check([f"r/{r}/ready"]):
+        return
+    key = f"r/{r}/rank/{rank}"
+    current = client.get_if(key)
+    if current and json.loads(current)["session"] == session:
+        if client.compare_set(key, current, "") == "":
+            client.add(f"r/{r}/count", -1)
+
+
+def _advance(client: StoreClient, r: int) -> None:
+    """Open round r+1 unless another rank already did."""
+    client.compare_set("round", str(r) if r else "", str(r + 1))
+
+
+def _claimants(client: StoreClient, r: int, exclude: str) -> list[str]:
+    sessions = [info["session"] for info in _joined(client, r).values()]
+    return [s for s in sessions if s != exclude]
+
+
+def any_alive(client: StoreClient, sessions: list[str], window: float = 2.5) -> bool:
+    """Whether any of these sessions' heartbeats moves within ``window`` seconds."""
+    return bool(alive_sessions(client, sessions, window, first_only=True))
+
+
+def alive_sessions(client: StoreClient, sessions: list[str], window: float = 2.5,
+                   first_only: bool = False) -> set[str]:
+    """The sessions whose heartbeats move within ``window`` seconds (and do not say "gone")."""
+    first = {s: client.get_json_if(f"hb/{s}") for s in sessions}
+    pending = [s for s in sessions if not (first[s] or {}).get("gone")]  # its pulse saw the kernel end
+    alive: set[str] = set()
+    deadline = time.monotonic() + window
+    while pending and time.monotonic() < deadline:
+        time.sleep(POLL_INTERVAL)
+        for s in list(pending):
+            now = client.get_json_if(f"hb/{s}")
+            if now is None or now.get("gone"):
+                continue
+            if first[s] is None or now.get("n") != first[s].get("n"):
+                alive.add(s)
+                pending.remove(s)
+                if first_only:
+                    return alive
+    return alive
+
+
+def live_peers(client: StoreClient, session: str) -> list[dict[str, Any]]:
+    """Registrations of the current round held by other live sessions that have not left."""
+    r = current_round(client)
+    claims = {i: info for i, info in _joined(client, r).items()
+              if info["session"] != session and not client.check([f"r/{r}/left/{i}"])}
+    alive = alive_sessions(client, [info["session"] for info in claims.values()])
+    return [info for info in claims.values() if info["session"] in alive]
+
+
+def _duplicate(rank: int, holder: dict[str, Any]) -> JoinError:
+    return JoinError(
+        f"rank {rank} is already taken by a notebook on {holder.get('host', '?')} "
+        f"(pid {holder.get('pid', '?')}); give this notebook another --rank, or run "
+        "%dist_destroy in that notebook first"
+    )
+
+
+def _joined(client: StoreClient, r: int) -> dict[int, dict[str, Any]]:
+    """Registrations of the ranks that have claimed a slot in round ``r``."""
+    text = client.get_if(f"r/{r}/joined") or ""
+    present = sorted({int(x) for x in text.split(",") if x.strip().isdigit()})
+    texts = {i: client.get(f"r/{r}/rank/{i}") for i in present}
+    return {i: json.loads(t) for i, t in texts.items() if t}  # "" = a withdrawn slot
+
+
+def _join_status(
+    client: StoreClient,
+    r: int,
+    world_size: int,
+    elapsed: float,
+    ranks: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Who has joined round ``r``, from where, and who is missing."""
+    if ranks is None:
+        infos = {i: info for i, info in _joined(client, r).items() if i < world_size}
+    else:
+        infos = dict(enumerate(ranks))
+    return {
+        "round": r,
+        "world_size": world_size,
+        "joined": infos,
+        "missing": [i for i in range(world_size) if i not in infos],
+        "elapsed": elapsed,
+    }

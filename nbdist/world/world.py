@@ -1,0 +1,301 @@
+"""A formed world, seen from one rank: barriers, liveness of the others, generations.
+
+The process group of a round is rebuilt whenever it fails (a rank raised, was
+interrupted, died and was replaced): each rebuild is a *generation*, counted
+in ``r/<r>/gen``. Barriers and cells are numbered within a generation, so a
+replacement rank starts counting where everyone else restarts too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import HEARTBEAT_INTERVAL, POLL_INTERVAL
+from ..errors import JoinError, PeerFailedError, PeerLostError, WaitTimeout, WorldChangedError
+from .pulse import judge
+from .store import StoreClient, StoreConnectionError
+
+DEAD_AFTER = 5 * HEARTBEAT_INTERVAL  # seconds without a heartbeat before a rank counts as gone
+WORKING_RECHECK = 1.0  # seconds between looks at whether the ranks a barrier waits for are still at work
+UNBOUNDED = 10.0**7  # seconds: a wait whose deadline its tick keeps
+
+
+def current_round(client: StoreClient) -> int:
+    text = client.get_if("round")
+    return int(text) if text else 0
+
+
+def bump_generation(client: StoreClient, key: str, seen: int | None) -> int:
+    """Read a generation counter (one round trip); with ``seen``, move it past ``seen`` once."""
+    current = client.add(key, 0)  # creates it as "0"
+    if seen is not None and current == seen:
+        client.compare_set(key, str(seen), str(seen + 1))
+    return current
+
+
+class BarrierRefused(Exception):
+    """The last rank to arrive refused to open a barrier; the message says why (see ``verdict``)."""
+
+
+class PeerTracker:
+    """Which other ranks are gone, by their heartbeats as this rank's own clock sees them move.
+
+    A kernel's heartbeat is written by its pulse (:mod:`nbdist.world.pulse`), a small
+    process that beats while the kernel's process lives, even when the kernel's
+    Python is busy in one long C call; the beat says how long the kernel's own
+    Python has not run (``busy``), and says ``gone`` when the kernel died.
+    So a rank is dead when its beat says gone, or stops moving (its host or
+    network is unreachable); a beat that moves is alive, however busy.
+    """
+
+    def __init__(self, ranks: list[dict[str, Any]], me: int) -> None:
+        self._peers = {i: r["session"] for i, r in enumerate(ranks) if i != me}
+        self._seen: dict[int, tuple[Any, float]] = {}
+
+    def dead(self, client: StoreClient) -> list[tuple[int, str]]:
+        """(rank, why) of the ranks that are gone or unreachable."""
+        now = time.monotonic()
+        gone = []
+        for i, session in self._peers.items():
+            beat = client.get_json_if(f"hb/{session}")
+            n = None if beat is None else beat.get("n")
+            last_n, since = self._seen.get(i, (n, now))
+            if n != last_n or i not in self._seen:
+                since = now
+            self._seen[i] = (n, since)
+            state, seconds = judge(beat, now - since, DEAD_AFTER)
+            if state == "gone":
+                gone.append((i, "is gone: its kernel exited or was killed"))
+            elif state == "dead":
+                gone.append((i, f"stopped responding: no heartbeat for {seconds:.0f} s (its kernel, host or "
+                                "network went away)"))
+        return gone
+
+
+@dataclass
+class World:
+    """One rank's membership of a formed round."""
+
+    client: StoreClient
+    round: int
+    rank: int
+    world_size: int
+    me: dict[str, Any]
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    gen: int = 0
+    replaced: dict[str, Any] | None = None  # the registration this rank took over, if any
+    pg: Any = None  # the ProcessGroup of the current generation, once built
+    _counters: dict[str, int] = field(default_factory=dict)
+    _next_round_check: float = 0.0
+    _next_peer_check: float = 0.0
+    _tracker: PeerTracker | None = None
+
+    def key(self, name: str) -> str:
+        return f"r/{self.round}/{name}"
+
+    def describe(self, i: int) -> str:
+        info = self.ranks[i] if i < len(self.ranks) else {}
+        return f"rank {i} ({info.get('host', '?')}, pid {info.get('pid', '?')})"
+
+    # --- generations -----------------------------------------------------
+    def store_generation(self) -> int:
+        return bump_generation(self.client, self.key("gen"), None)
+
+    def bump_generation(self, seen: int) -> None:
+        """Ask every rank to rebuild the process group at its next cell (once per failure)."""
+        bump_generation(self.client, self.key("gen"), seen)
+
+    def enter_generation(self, gen: int) -> None:
+        """Restart numbering for ``gen`` and re-read the registrations (a rank may have been replaced)."""
+        self.gen = gen
+        self._counters.clear()
+        keys = [self.key(f"rank/{i}") for i in range(self.world_size)]
+        self.ranks = [json.loads(t) for t in self.client.multi_get(keys)]
+        self._tracker = None
+
+    def next_name(self, kind: str) -> tuple[int, str]:
+        """(number, store name) of the next barrier of a kind; every rank counts alike."""
+        n = self._counters.get(kind, 0) + 1
+        self._counters[kind] = n
+        return n, f"g{self.gen}/{kind}/{n}"
+
+    def peek_name(self, kind: str) -> int:
+        """The number :meth:`next_name` gives next for ``kind``."""
+        return self._counters.get(kind, 0) + 1
+
+    def align(self, kind: str, number: int) -> None:
+        """Make ``number`` the next of ``kind`` (a follower takes its driver's numbering)."""
+        self._counters[kind] = number - 1
+
+    # --- activity and health ----------------------------------------------
+    def note(self, what: str, **extra: Any) -> None:
+        """Record what this rank is doing, for other ranks' timeouts and status."""
+        self.client.set_json(self.key(f"last/{self.rank}"), {"what": what, "t": time.time(), **extra})
+
+    def check_world(self) -> None:
+        """Raise if this round was superseded or failed, or a rank left (for every wait slice)."""
+        now = time.monotonic()
+        if now < self._next_round_check:
+            return
+        self._next_round_check = now + 0.5
+        latest = current_round(self.client)
+        if latest != self.round:
+            raise WorldChangedError(
+                f"another notebook re-ran %%dist_init (world round {latest}, this notebook "
+                f"is in round {self.round}): re-run %%dist_init here to rejoin"
+            )
+        error = self.client.get_json_if(self.key("error"))
+        if error is not None:
+            raise JoinError(error["message"])
+        if self.client.add(self.key("left_n"), 0) > 0:
+            gone = [i for i in range(self.world_size) if self.client.check([self.key(f"left/{i}")])]
+            names = ", ".join(self.describe(i) for i in gone)
+            raise WorldChangedError(
+                f"{names} left the world (%dist_destroy or a closed notebook): re-run %%dist_init "
+                "in every notebook to form a new world"
+            )
+
+    def check_peers(self, client: StoreClient | None = None) -> None:
+        """Raise :class:`PeerLostError` if another rank's heartbeat stopped (checked once a second)."""
+        now = time.monotonic()
+        if now < self._next_peer_check:
+            return
+        self._next_peer_check = now + HEARTBEAT_INTERVAL
+        if self._tracker is None:
+            self._tracker = PeerTracker(self.ranks, self.rank)
+        dead = self._tracker.dead(client or self.client)
+        if dead:
+            raise self.lost(dead)
+
+    def lost(self, dead: list[tuple[int, str]]) -> PeerLostError:
+        who = "; ".join(f"{self.describe(i)} {why}" for i, why in dead)
+        return PeerLostError(
+            f"{who}. Once its notebook runs %load_ext nbdist and its %%dist_init again (after a restart, or when "
+            "the network is back), this notebook carries on at its next %%collective"
+        )
+
+    # --- barriers -----------------------------------------------------------
+    def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None,
+                verdict: Callable[[], str] | None = None, members: list[int] | None = None,
+                working: Callable[[int, dict[str, Any]], bool] | None = None) -> str:
+        """Wait until every rank (or every one of ``members``) arrives at barrier ``name``, or fail naming who did not.
+
+        The last rank to arrive opens the barrier with the state ``verdict``
+        returns there ("go" without one; any state starting with "go" opens
+        it, and every rank gets that state back). A state starting with
+        "refused:" refuses it instead, and every rank raises
+        :class:`BarrierRefused` with the rest as the message. A rank that
+        stops waiting (timeout, interrupt, a lost peer) closes it with its
+        reason, so the ranks still waiting fail with that reason and a late
+        one fails at once.
+
+        ``working(rank, last)`` says, from a missing rank's last recorded activity,
+        whether it is still working towards this barrier (running the cell's
+        body, say): ``timeout`` does not count for such a rank while its
+        heartbeat lives, so the wait goes on (the peer checks still end it
+        when the rank dies).
+        """
+        base = self.key(name)
+        expected = self.world_size if members is None else len(members)
+        try:
+            if self.client.add(f"{base}/n", 1) >= expected:  # the last to arrive opens it: nobody waits for its note
+                state = self.client.compare_set(f"{base}/state", "", verdict() if verdict is not None else "go")
+            else:
+                self.note(f"waiting at {label}", barrier=name)
+                state = self._wait_open(base, name, timeout, label, on_tick, members, working)
+        except KeyboardInterrupt as exc:  # wherever it lands (a store call defers it): nobody may wait for this rank
+            self.close_barrier(name, "interrupted its cell" if type(exc) is KeyboardInterrupt else f"stopped: {exc}")
+            raise
+        if state.startswith("refused:"):
+            raise BarrierRefused(state.removeprefix("refused:"))
+        if not state.startswith("go"):
+            raise PeerFailedError(f"{label}: {state}; run the next cell on every rank")
+        return state
+
+    def _wait_open(self, base: str, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None,
+                   members: list[int] | None, working: Callable[[int, dict[str, Any]], bool] | None) -> str:
+        deadline = time.monotonic() + timeout
+
+        def tick() -> None:
+            nonlocal deadline
+            self.check_world()
+            self.check_peers()
+            if on_tick is not None:
+                on_tick()
+            now = time.monotonic()
+            if working is not None and now > deadline:
+                if not self._missing_work(name, members, working):
+                    raise WaitTimeout(f"waited {timeout:g} s")
+                deadline = now + WORKING_RECHECK  # every missing rank is still at work: look again soon
+
+        ends = time.monotonic() + timeout
+        try:
+            while True:
+                # With ``working``, the deadline is the tick's to keep: it moves while the missing ranks work.
+                left = max(POLL_INTERVAL, ends - time.monotonic()) if working is None else UNBOUNDED
+                self.client.wait([f"{base}/state"], left, on_tick=tick)
+                state = self.client.get_if(f"{base}/state")
+                if state is not None:
+                    return state
+                # Woken with nothing set: torch's TCPStore also wakes a wait when another client's
+                # compare-and-set merely reads the missing key. Wait again.
+        except WaitTimeout:
+            if self._close(base, "gave up waiting") != "go":
+                raise WaitTimeout(self._who_is_missing(name, timeout, label, members)) from None
+        except Exception as exc:
+            self._close(base, f"stopped waiting: {exc}")
+            raise
+        return self.client.get_if(f"{base}/state") or ""
+
+    def _close(self, base: str, reason: str) -> str:
+        """Close an open barrier with a reason; returns its state ("go" if it opened meanwhile)."""
+        try:
+            return self.client.compare_set(f"{base}/state", "", f"{self.describe(self.rank)} {reason}")
+        except StoreConnectionError:  # the store itself is gone: nobody to tell
+            return ""
+
+    def close_barrier(self, name: str, reason: str) -> str:
+        """Close barrier ``name`` with this rank's reason, whether or not this rank reached it."""
+        return self._close(self.key(name), reason)
+
+    def _missing(self, name: str, members: list[int] | None) -> dict[int, dict[str, Any]]:
+        """The last recorded activity of each rank that has not arrived at barrier ``name``."""
+        ranks = [i for i in (range(self.world_size) if members is None else members) if i != self.rank]
+        lasts = {i: self.client.get_json_if(self.key(f"last/{i}")) or {} for i in ranks}
+        return {i: last for i, last in lasts.items() if last.get("barrier") != name}
+
+    def _missing_work(self, name: str, members: list[int] | None,
+                      working: Callable[[int, dict[str, Any]], bool]) -> bool:
+        """Whether every rank still missing is at work (see :meth:`barrier`); the peer checks vouch for its life."""
+        missing = self._missing(name, members)
+        return bool(missing) and all(working(i, last) for i, last in missing.items())
+
+    def busy_elsewhere(self, i: int, last: dict[str, Any]) -> bool:
+        """A ``working`` rule for barriers outside cells: rank ``i`` runs a cell, and waits at no barrier."""
+        busy = self.client.get_json_if(self.key(f"busy/{i}")) or {}
+        return bool(busy.get("busy")) and "barrier" not in last
+
+    def _who_is_missing(self, name: str, timeout: float, label: str, members: list[int] | None = None) -> str:
+        missing = []
+        for i in range(self.world_size) if members is None else members:
+            last = self.client.get_json_if(self.key(f"last/{i}")) or {}
+            if last.get("barrier") == name:
+                continue
+            if last:
+                ago = max(0.0, time.time() - last.get("t", time.time()))
+                did = f"last: {last.get('what', '?')}, {ago:.0f} s ago"
+            else:
+                did = "no activity recorded"
+            missing.append(f"{self.describe(i)}; {did}")
+        who = "; ".join(missing) or "none (they arrived as this rank gave up)"
+        return f"{label}: not every rank arrived within {timeout:g} s. Missing: {who}"
+
+    def leave(self) -> None:
+        """Tell the others this rank left (they see it in %dist_status)."""
+        self.client.set_json(self.key(f"left/{self.rank}"), {"t": time.time()})
+        self.client.add(self.key("left_n"), 1)
+        self.note("left the world")
