@@ -7,7 +7,7 @@ backend is detected first, so that a broken accelerator plugin cannot break
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = ["__version__", "get_device", "last_trace", "load_ipython_extension", "picture", "show",
            "unload_ipython_extension"]

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from . import __version__
+from ._version import __version__
 from .config import DEFAULT_PORT
 
 

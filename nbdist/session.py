@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .backend import backends, cpplog, debugmode, envplan, tunnel
 from .backend.procgroup import ProcessGroup, destroy_default
 from .cell import capture, cells, progress

@@ -13,7 +13,6 @@ import threading
 from typing import Any
 
 from ..config import TIMEOUTS
-from ..drive import follow
 from ..errors import DriveError, StoreConnectionError
 from .fingerprint import Checker
 from .watch import CellWatch
@@ -35,7 +34,7 @@ class PlainNet:
         world = s.world
         if world is None or s.watch_client is None or threading.current_thread() is not threading.main_thread():
             return None
-        if s.drive.holding and follow.followers(world):
+        if s.drive.has_followers(world):
             raise DriveError("this notebook drives the world, and its followers run only %%collective cells: a "
                              "collective in a plain cell would wait for them forever. Put it in a %%collective "
                              "cell, or run %dist_release first")

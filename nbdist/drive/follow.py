@@ -87,6 +87,10 @@ class Drive:
         # Published even while no rank follows yet: a follower that starts before the cell does takes it.
         self.publish(world, secret, kind, source, flags or {})
 
+    def has_followers(self, world: World) -> bool:
+        """Whether this notebook drives ``world`` and some rank follows it now."""
+        return self.holding and followers(world) > 0
+
     def take(self, world: World) -> None:
         """Hold the drive of ``world`` (raise :class:`DriveError` if a live notebook holds it)."""
         me = json.dumps({"rank": world.rank, "session": self.session})

@@ -88,8 +88,8 @@ def body(s: Spec) -> str:
     """The %%collective body that runs the bench on every rank (what followers show as its source)."""
     return (f"# %dist_bench: {s.describe()}\n"
             f"__import__('nbdist.measure.bench').measure.bench.measure({list(s.ops)!r}, {list(s.sizes)!r}, "
-            f"{s.iters}, {s.warmup}, "
-            f"{s.dtype!r}, globals().get({RESULTS_NAME!r}))\n")
+            f"{s.iters}, {s.warmup}, {s.dtype!r}, globals().get({RESULTS_NAME!r}), "
+            "__import__('nbdist').get_device())\n")
 
 
 def title(s: Spec, world_size: int, backend: str, device: Any, short: bool = False) -> str:
@@ -148,14 +148,11 @@ def run_shown(session: Any, s: Spec) -> BenchResults:
 
 # --- on every rank, inside the body ---------------------------------------------------------------
 def measure(ops: list[str], sizes: list[int], iters: int, warmup: int, dtype: str,
-            sink: list[dict[str, Any]] | None = None) -> None:
-    """Time each op at each size on this rank; append each row (every rank's medians) to ``sink`` if given."""
+            sink: list[dict[str, Any]] | None, device: Any) -> None:
+    """Time each op at each size on this rank, on ``device``; append each row (every rank's medians) to ``sink``."""
     import torch
     import torch.distributed as dist
 
-    from .. import get_device
-
-    device = get_device()
     dt = getattr(torch, dtype)
     itemsize = torch.empty((), dtype=dt).element_size()
     n, rank = dist.get_world_size(), dist.get_rank()
@@ -244,10 +241,10 @@ def _median_seconds(step: Callable[[], None], iters: int, warmup: int, sync: Cal
 
 def _checker() -> Any:
     """The running cell's fingerprint checker on this kernel (None outside a %%collective body)."""
-    from ..magics import registered
+    from ..cell import hooks
 
-    magics = registered()
-    return None if magics is None else magics.session.hooks.active
+    wrappers = hooks.in_place()
+    return None if wrappers is None else wrappers.active
 
 
 def _inside(checker: Any, what: str) -> contextlib.AbstractContextManager[None]:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from ..config import POLL_INTERVAL, TIMEOUTS
 from ..errors import NotNbdistServerError, StoreConnectionError, WaitTimeout
 from . import auth, signing
