@@ -140,7 +140,7 @@ SKIP = {
     r"ssh -N -L .*": "an SSH tunnel to another host: tests/test_tunnel.py::"
                      "test_a_rank_behind_a_tunnel_advertises_the_interface_that_routes_to_rank_0 runs the recipe "
                      "across network namespaces, with a forwarder standing in for ssh",
-    r"python -m nbdist\.pulse": "started by each kernel, not by people: tests/test_pulse.py::"
+    r"python -m nbdist\.world\.pulse": "started by each kernel, not by people: tests/test_pulse.py::"
                                 "test_pulse_beats_every_second_while_the_kernel_runs_python runs it; the module is "
                                 "checked to exist",
     r"python benchmarks/cell_overhead\.py(?: .*)?": "a benchmark of minutes (30 runs per kind); the script and its "
