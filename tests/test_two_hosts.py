@@ -230,7 +230,7 @@ def test_a_master_behind_a_dropping_firewall_is_reported_as_no_answer(two_hosts:
     assert f"no answer from {a.addr}" in r.error["evalue"] and "firewall" in r.error["evalue"]
 
 
-_FOLLOWING = ("__import__('nbdist').follow.following("
+_FOLLOWING = ("__import__('nbdist.drive.follow').drive.follow.following("
               "get_ipython().magics_manager.registry['DistMagics'].session.world)")
 
 
