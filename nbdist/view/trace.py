@@ -74,7 +74,10 @@ def lateness(merged: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def seconds_text(s: float) -> str:
-    return f"{s:.1f} s" if s >= 1 else f"{s * 1000:.1f} ms" if s >= 1e-3 else f"{s * 1e6:.0f} µs"
+    """Seconds in the unit that reads best, rounded before the unit is chosen (0.99996 s is "1.0 s")."""
+    if round(s, 1) >= 1:
+        return f"{s:.1f} s"
+    return f"{s * 1000:.1f} ms" if round(s * 1000, 1) >= 1 else f"{s * 1e6:.0f} µs"
 
 
 def notable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
