@@ -555,6 +555,7 @@ def load(shell: Any) -> None:
     shell.register_magics(magics)
     if bare_cell_magic_as_line not in shell.input_transformers_cleanup:
         shell.input_transformers_cleanup.append(bare_cell_magic_as_line)
+    magics.session.prestart.install(shell)
     shell.events.register("pre_run_cell", magics.session.before_cell)
     shell.events.register("post_run_cell", magics.session.after_cell)
     atexit.register(magics.session.close_at_exit)

@@ -16,7 +16,7 @@ from typing import Any
 from ._version import __version__
 from .backend import backends, cpplog, debugmode, envplan, tunnel
 from .backend.procgroup import ProcessGroup, destroy_default
-from .cell import capture, cells, progress
+from .cell import capture, cells, prestart, progress
 from .cell.guard import Guard, request_stop
 from .cell.hooks import Collectives
 from .cell.plain import PlainNet
@@ -24,11 +24,19 @@ from .cell.stopper import Stopper
 from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig
 from .drive import follow
 from .drive.workers import Workers
-from .errors import ConfigError, DriveError, JoinError, NotInitializedError, StoppedError, StoreConnectionError
+from .errors import (
+    CellMismatchError,
+    ConfigError,
+    DriveError,
+    JoinError,
+    NotInitializedError,
+    StoppedError,
+    StoreConnectionError,
+)
 from .world import netinfo, reach, rendezvous, signing
 from .world.heartbeat import Heartbeat
 from .world.store import Server, StoreClient, connect, run_in_thread
-from .world.world import World
+from .world.world import BarrierRefused, World, step_name
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +92,8 @@ class Session:
         self.workers: Workers | None = None  # local worker kernels (%dist_init --spawn)
         self.cell_entered = False  # whether the running notebook cell's %%collective reached the protocol
         self.debug = debugmode.DebugMode()  # the world's %dist_debug switch, as applied here
+        self.prestart = prestart.Window()  # the stop button just before or after a cell (installed at load)
+        self.stop_pressed = False  # pressed in the gap just before this cell began: a %%collective stops at once
 
     # --- joining ------------------------------------------------------------
     def prepare(self) -> None:
@@ -173,6 +183,7 @@ class Session:
         self.stopper.install()
         self.hooks.on_plain = self.plain.checker
         self.guard = Guard(self.client.clone(op_timeout=5.0), self.world.key, cfg.rank, self.id, self._stop_requested)
+        self.world.last_turn = self.world.turn() - 1  # the steps before this rank joined are not ones it missed
         if self.world.replaced is None:
             self.world.gen = self.world.store_generation()
             self.rebuild_process_group("join")
@@ -285,7 +296,9 @@ class Session:
         if self.choice.backend == "hccl" and self.npu_seen is None:
             self.npu_seen = {key: os.environ.get(key) for key in envplan.READ_ONCE}
             self.npu_seen_when = _BUILT_HCCL
-        prefix = f"nbdist/r/{world.round}/pg/{world.gen}/{tag}/"
+        # One build per step (tag "t<n>") or join: every rank takes the same prefix, whatever generation it read.
+        prefix = f"nbdist/r/{world.round}/pg/{tag}/"
+        self._sync_generation(world)
         self.debug.before_build(world, self.choice.backend, self.environ_for_config())
 
         def build() -> ProcessGroup:
@@ -295,35 +308,51 @@ class Session:
         world.pg.gen = world.gen
         self.hooks.pg = world.pg
 
-    def ensure_group(self, gen: int | None = None) -> str | None:
-        """Before a cell uses the process group: rebuild it, with every rank, if it cannot be trusted.
+    def group_state(self, world: World, gen: int) -> dict[str, Any]:
+        """This rank's process-group state as the others judge it at a step, with the generation it was built in.
+
+        ``gen``: the world's generation now; a group of an older one is not trusted.
+        """
+        pg = world.pg
+        if pg is None:
+            return {"ok": False, "why": "it has no process group yet"}
+        state = pg.state()
+        if state.get("ok") and pg.gen != gen:
+            state = {"ok": False, "why": self.debug.why_moved(world) or "a rank rejoined, or another rank's process "
+                                                                         "group failed, since its group was built"}
+        return {**state, "gen": pg.gen}
+
+    def ensure_group(self) -> str | None:
+        """Before a plain cell's first collective: rebuild the process group, with every rank, if it cannot be trusted.
 
         It cannot when it was cut or found broken (a stopped collective, a failed cell), or when the
         world moved to a new generation since it was built (a rank rejoined, another rank's group
-        failed). The rank that finds its own group of this generation broken moves the world on;
-        every rank then meets at the generation's rebuild barrier, as a plain cell's first
-        collective or at a %%collective's start. Returns why it rebuilt, or None. ``gen``: the
-        store's generation, if the caller just read it.
+        failed). The rank that finds its own group of this generation broken moves the world on, and
+        every rank then rebuilds at a step of its own (a %%collective decides this at its start).
+        Returns why it rebuilt, or None.
         """
         world = self.require_world("a collective")
-        gen = world.store_generation() if gen is None else gen
+        gen = world.store_generation()
         pg = world.pg
         if pg is not None and not pg.broken and pg.gen == gen and pg.is_current():
             return None
         if pg is None:
             why = "this rank had no process group yet"
         elif pg.gen != gen:
-            why = self.debug.why_moved(world) or (f"the world moved to generation {gen} (a rank rejoined, or "
-                                                  "another rank's group failed)")
+            why = self.debug.why_moved(world) or "a rank rejoined, or another rank's process group failed"
         else:
             why = pg.reason if pg.broken else "the notebook's code destroyed the process group"
             world.bump_generation(gen)  # our own group of this generation: tell the others
-            gen = world.store_generation()
-        if gen != world.gen:
-            world.enter_generation(gen)
-        _, name = world.next_name("rebuild")
-        world.barrier(name, TIMEOUTS["barrier"], f"rebuilding the process group (generation {gen}: {why})")
-        self.rebuild_process_group(f"rebuild{gen}")
+        n = world.turn()
+        label = f"rebuilding the process group before this cell's collective (step #{n}: {why})"
+        announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to rebuild "
+                                           f"the process group ({why})")
+        try:
+            world.meet(n, "rebuild", label, {}, TIMEOUTS["barrier"], on_tick=announce, working=world.busy_elsewhere,
+                       on_missed=cells.say)
+        except BarrierRefused as exc:
+            raise CellMismatchError(str(exc)) from None
+        self.rebuild_process_group(f"t{n}")
         return why
 
     def _stop_requested(self, info: dict[str, Any]) -> None:
@@ -411,21 +440,27 @@ class Session:
         """Run ``source`` on this rank in lockstep with the others; see :mod:`nbdist.cell.cells`.
 
         A driving notebook first publishes it to its followers (:mod:`nbdist.drive.follow`); a
-        follower passes ``align``, the driver's (generation, cell number), and the ``driver``'s rank.
+        follower passes ``align``, the driver's (generation, step), and the ``driver``'s rank.
         """
         world = self.require_world("%%collective")
         assert self.watch_client is not None
+        if self.stop_pressed:  # as the cell began (nbdist.cell.prestart): it takes its step, closed (after_cell)
+            self.stop_pressed = False
+            raise KeyboardInterrupt
         try:
             # A follower takes the generation its driver read a moment ago, and saves a round trip.
             gen = self._sync_generation(world, None if align is None else align[0])
-            if not self.following:
-                self.drive.before(world, self.secret, "collective", source, follow.cell_flags(flags))
-            rebuilt = self.ensure_group(gen)
-            if align is not None and align[0] == world.gen:
-                world.align("cell", align[1])  # a follower takes its driver's numbering
+            if align is None:
+                step = world.turn()
+                self.drive.before(world, self.secret, "collective", source, follow.cell_flags(flags), step=step)
+            else:
+                step = align[1]  # the driver's step, which it runs too
+                if self.guard is not None:
+                    self.guard.new_cell()  # a stop sent during the driver's last cell is not for this one
             return cells.run(world, self.shell, source, flags, self.watch_client, self.hooks.params,
-                             activate=self._activate, rebuild=self.rebuild_process_group, entered=self._entered,
-                             stopper=self.stopper, rebuilt=rebuilt, driver=driver)
+                             activate=self._activate, rebuild=self.rebuild_process_group, step=step,
+                             state=self.group_state(world, gen), entered=self._entered, stopper=self.stopper,
+                             driver=driver)
         except StoreConnectionError as exc:
             marker = world.client.marker
             hosts = [i for i, r in enumerate(world.ranks)
@@ -444,9 +479,11 @@ class Session:
     def before_cell(self, *_: Any) -> None:
         """IPython's pre_run_cell event: a cell of the user runs from now (a stop may end it)."""
         self.cell_entered = False
+        self.stop_pressed = self.prestart.started() or self.stop_pressed
         if self.world is not None:
             self.stopper.arm()
             if self.guard is not None:
+                self.guard.new_cell()
                 self.guard.running = True
 
     def after_cell(self, result: Any) -> None:
@@ -456,12 +493,14 @@ class Session:
         flags); without this, the other ranks would wait for this one until their
         --timeout.
         """
-        self.plain.end()
+        raw = getattr(getattr(result, "info", None), "raw_cell", "") or ""
+        error = getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None)
+        self.plain.end(error)
+        self.prestart.ended()
+        self.stop_pressed = False
         self.stopper.reset()  # not disarm(): an arm whose disarm a stop cut short must not outlive the cell
         if self.guard is not None:
             self.guard.running = False
-        raw = getattr(getattr(result, "info", None), "raw_cell", "") or ""
-        error = getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None)
         if self.world is None or self.cell_entered or error is None or not raw.lstrip().startswith("%%collective"):
             return
         if isinstance(error, DriveError):
@@ -474,16 +513,20 @@ class Session:
         except StoreConnectionError as exc:
             log.info("could not tell the others this rank's cell did not start: %s", exc)
 
-    def barrier(self, timeout: float) -> float:
-        """All ranks meet; returns the seconds this rank waited."""
+    def barrier(self, timeout: float, step: int | None = None) -> float:
+        """All ranks meet at the world's next step (a follower: its driver's ``step``); returns the seconds waited."""
         world = self.require_world("%dist_barrier")
         self._sync_generation(world)
-        if not self.following:
-            self.drive.before(world, self.secret, "barrier", flags={"timeout": timeout})
-        k, name = world.next_name("barrier")
+        if step is None:
+            step = world.turn()
+            self.drive.before(world, self.secret, "barrier", flags={"timeout": timeout}, step=step)
         start = time.perf_counter()
-        world.barrier(name, timeout, f"%dist_barrier #{k}", working=world.busy_elsewhere)
-        world.note("passed %dist_barrier")
+        try:
+            world.meet(step, "barrier", f"%dist_barrier #{step}", {}, timeout, working=world.busy_elsewhere,
+                       on_missed=cells.say)
+        except BarrierRefused as exc:
+            raise CellMismatchError(str(exc)) from None
+        world.note(f"passed %dist_barrier #{step}")
         return time.perf_counter() - start
 
     def status(self) -> list[dict[str, Any]]:
@@ -581,6 +624,29 @@ class Session:
         capture.unroute_streams()
         progress.unpatch()
         self.stopper.uninstall()
+        self.prestart.uninstall()
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+
+class _Announcement:
+    """A plain cell's wait at a step, said once in the cell after a moment: who it waits for, doing what."""
+
+    AFTER = 2.0  # seconds before a wait is worth a line
+
+    def __init__(self, world: World, step: int, what: str) -> None:
+        self.world, self.step, self.what = world, step, what
+        self.since = time.monotonic()
+        self.said = False
+
+    def __call__(self) -> None:
+        if self.said or time.monotonic() - self.since < self.AFTER:
+            return
+        self.said = True
+        name = f"{step_name(self.step)}/in"
+        waiting = [f"{self.world.describe(i)} ({self.world.doing(i)})" for i in range(self.world.world_size)
+                   if i != self.world.rank
+                   and (self.world.client.get_json_if(self.world.key(f"last/{i}")) or {}).get("barrier") != name]
+        print(f"{self.what}; waiting for {'; '.join(waiting) or 'the others'}. The stop button ends the wait.",
+              file=sys.stderr, flush=True)

@@ -141,16 +141,16 @@ def test_a_long_collective_is_noted_as_part_of_the_body_and_the_note_is_taken_ba
     during, after = ast.literal_eval(world[1].execute("_notes").text())
     assert during["what"].startswith("inside collective #2 (all_reduce) of %%collective #"), during
     assert after["what"].startswith("running %%collective #"), after
-    assert during["body"] == after["body"] and "/cell/" in during["body"]
+    assert during["body"] == after["body"] and during["body"].startswith("t/")
 
 
 def test_a_rank_waiting_for_a_comparison_in_the_body_is_at_work_in_the_cell():
-    cell = "g0/cell/7"
+    cell = "t/7"
     assert cells.at_work(cell, {"what": "running %%collective #7", "body": cell})
     assert cells.at_work(cell, {"what": "waiting at collective #3 (all_reduce) of this cell",
                                 "barrier": f"{cell}/fp/0/3"})
     assert not cells.at_work(cell, {"what": "waiting at %%collective #7 (end)", "barrier": f"{cell}/out"})
-    assert not cells.at_work(cell, {"what": "running %%collective #6", "body": "g0/cell/6"})
+    assert not cells.at_work(cell, {"what": "running %%collective #6", "body": "t/6"})
 
 
 # --- pure logic -----------------------------------------------------------------------------

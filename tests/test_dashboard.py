@@ -46,12 +46,12 @@ def test_a_rank_in_a_collective_shows_the_cell_the_collective_number_and_op_and_
 
 
 def test_a_rank_at_a_barrier_shows_which_one():
-    last = {"what": "waiting at %%collective #6 (start)", "t": NOW - 40, "barrier": "g0/cell/6/in"}
+    last = {"what": "waiting at %%collective #6 (start)", "t": NOW - 40, "barrier": "t/6/in"}
     assert _row(beat=_beat(), last=last).doing == "waiting at %%collective #6 (start) · 40 s"
 
 
 def test_a_wait_that_ended_without_a_note_is_shown_as_over_once_the_rank_runs_no_cell():
-    last = {"what": "waiting at %%collective #6 (start)", "t": NOW - 40, "barrier": "g0/cell/6/in"}
+    last = {"what": "waiting at %%collective #6 (start)", "t": NOW - 40, "barrier": "t/6/in"}
     assert _row(beat=_beat(), last=last, busy={"busy": False, "t": NOW - 30}).doing == \
         "idle · last: waiting at %%collective #6 (start), 40 s ago"
     # A "no cell runs" from before the note is older news: the rank is at the barrier.
@@ -83,17 +83,18 @@ def test_a_rank_that_left_shows_nothing_it_does():
 
 
 def test_the_cell_a_note_is_about_comes_from_its_body_its_barrier_or_its_number():
-    assert cell_of({"what": "running %%collective #3", "body": "g1/cell/3", "cell": 3}, 0) == "g1/cell/3"
-    assert cell_of({"what": "waiting", "barrier": "g0/cell/4/out"}, 0) == "g0/cell/4"
-    assert cell_of({"what": "finished %%collective #2", "cell": 2}, 5) == "g5/cell/2"
-    assert cell_of({"what": "waiting", "barrier": "g0/barrier/1"}, 0) is None
-    assert cell_of(None, 0) is None
-    assert previous_cell("g0/cell/4") == "g0/cell/3" and previous_cell("g0/cell/1") is None
+    assert cell_of({"what": "running %%collective #3", "body": "t/3", "cell": 3}) == "t/3"
+    assert cell_of({"what": "waiting", "barrier": "t/4/out"}) == "t/4"
+    assert cell_of({"what": "finished %%collective #2", "cell": 2}) == "t/2"
+    assert cell_of({"what": "waiting", "barrier": "t/1/fp/0/3"}) == "t/1"
+    assert cell_of({"what": "waiting", "barrier": "other/1"}) is None
+    assert cell_of(None) is None
+    assert previous_cell("t/4") == "t/3" and previous_cell("t/1") is None
 
 
 def test_a_failure_reads_as_the_cell_and_what_happened_without_the_ranks_own_name():
     failure = {"rank": 1, "kind": "error", "message": "rank 1 (vm, pid 9) raised ZeroDivisionError: division by zero"}
-    assert failure_text(failure, "g0/cell/7", "rank 1 (vm, pid 9)") == \
+    assert failure_text(failure, "t/7", "rank 1 (vm, pid 9)") == \
         "%%collective #7: raised ZeroDivisionError: division by zero"
 
 
@@ -155,9 +156,9 @@ def _world(store: FakeStore, n: int = 2, gen: int = 0) -> World:
 def test_the_reader_finds_each_ranks_last_failure_and_the_worlds_last_stop():
     store = FakeStore({
         "r/3/last/0": {"what": "finished %%collective #4", "t": NOW, "cell": 4},
-        "r/3/last/1": {"what": "waiting at %%collective #5 (start)", "t": NOW, "barrier": "g0/cell/5/in"},
-        "r/3/g0/cell/3/failed": {"rank": 1, "kind": "error", "message": "rank 1 (vm, pid 11) raised KeyError: 'x'"},
-        "r/3/g0/cell/4/failed": {"rank": -1, "kind": "stopped", "message": "stopped by rank 0 (vm, pid 10)"},
+        "r/3/last/1": {"what": "waiting at %%collective #5 (start)", "t": NOW, "barrier": "t/5/in"},
+        "r/3/t/3/failed": {"rank": 1, "kind": "error", "message": "rank 1 (vm, pid 11) raised KeyError: 'x'"},
+        "r/3/t/4/failed": {"rank": -1, "kind": "stopped", "message": "stopped by rank 0 (vm, pid 10)"},
         "hb/s0": _beat(), "hb/s1": _beat(), "r/3/left/1": {"t": NOW},
     })
     reader = Reader(store, _world(store))  # type: ignore[arg-type]

@@ -3,18 +3,18 @@
 The world has one switch, ``r/<round>/debug`` in the store (JSON: on or off, a change
 number, who changed it). :func:`switch` writes it and then moves the world to a new
 generation (:mod:`nbdist.world.world`), so every rank rebuilds its process group at its next
-cell that uses it, at that generation's rebuild barrier, as after a failure
-(``Session.ensure_group``). Every build of a group on a rank (join, rebuild) first
-applies the switch to that rank's environment, and torch's debug level from the
-environment (:meth:`DebugMode.before_build`): ranks that did not run the magic, a driven world's
-workers and a rank that replaces a lost one all build under it. The switch is written
-before the generation moves, so a rank that sees the move reads the new switch; peers
-that each run ``%dist_debug on`` change it once (the second finds it on). A rank that was
-already waiting at its next cell in the old generation would wait for ranks that moved
-on: the switch closes that barrier with its reason. The variables come from the backend,
-which every rank shares (compared at join), never from the store. Without a switch, each
-build still takes torch's level from the environment (``%%dist_init --debug`` after torch
-was imported), and ``TORCH_DISTRIBUTED_DEBUG`` is compared at join (``envplan.AGREED``).
+step that uses it, as after a failure (a %%collective's start decides it for every rank; a
+plain cell's collective meets the others first, ``Session.ensure_group``). Every build of a
+group on a rank (join, rebuild) first applies the switch to that rank's environment, and
+torch's debug level from the environment (:meth:`DebugMode.before_build`): ranks that did
+not run the magic, a driven world's workers and a rank that replaces a lost one all build
+under it. The switch is written before the generation moves, so a rank that sees the move
+reads the new switch; peers that each run ``%dist_debug on`` change it once (the second
+finds it on). A rank already waiting at its next step is met there: the last to arrive reads
+the generation then, and every rank rebuilds. The variables come from the backend, which
+every rank shares (compared at join), never from the store. Without a switch, each build
+still takes torch's level from the environment (``%%dist_init --debug`` after torch was
+imported), and ``TORCH_DISTRIBUTED_DEBUG`` is compared at join (``envplan.AGREED``).
 
 When each variable is read (checked in the sources; only the gloo rows ran here):
 
@@ -232,25 +232,6 @@ class DebugMode:
         return f"debug {current.word} for every rank: {current.by} ran %dist_debug {current.word}"
 
 
-def _free_stranded(world: World, gen: int, reason: str) -> list[int]:
-    """Close the barriers of older generations that other ranks wait at: the ranks they wait for moved on.
-
-    A rank that entered its next cell before the switch waits at that cell's start in the old
-    generation, while the others meet in the new one; it would wait until its timeout.
-    """
-    freed = []
-    for i in range(world.world_size):
-        if i == world.rank:
-            continue
-        name = (world.client.get_json_if(world.key(f"last/{i}")) or {}).get("barrier")
-        if not isinstance(name, str) or not name.startswith("g"):
-            continue
-        head = name[1:].split("/", 1)[0]
-        if head.isdigit() and int(head) < gen and not world.close_barrier(name, reason).startswith("go"):
-            freed.append(i)
-    return freed
-
-
 def switch(session: Any, on: bool) -> str:
     """``%dist_debug on|off``: change the world's switch (once, whoever asks first); says what happens when."""
     world = session.require_world(f"%dist_debug {'on' if on else 'off'}")
@@ -269,10 +250,7 @@ def switch(session: Any, on: bool) -> str:
         raise WorldChangedError(f"other notebooks changed the debug switch {CHANGE_TRIES} times while this one "
                                 f"tried: run %dist_debug {word} again")
     world.bump_generation(world.store_generation())  # after the switch: whoever sees the move reads it
-    gen = world.store_generation()
-    freed = _free_stranded(world, gen, f"turned debug {word} for every rank (%dist_debug {word}) while this rank "
-                                       "waited here, so the others rebuild first")
-    return _changed(world, on, backend, freed)
+    return _changed(world, on, backend)
 
 
 def _all(world: World) -> str:
@@ -285,7 +263,7 @@ def _where(world: World) -> str:
             "%%collective)")
 
 
-def _changed(world: World, on: bool, backend: str, freed: list[int]) -> str:
+def _changed(world: World, on: bool, backend: str) -> str:
     wanted = variables(backend)
     names = ", ".join(f"{k}={v}" for k, v in wanted.items())
     if on:
@@ -299,9 +277,6 @@ def _changed(world: World, on: bool, backend: str, freed: list[int]) -> str:
     lines.append(f"  flight recorder: {_RECORDER.get(backend, _RECORDER['gloo'])}")
     if on:
         lines += _quiet_note()
-    if freed:
-        lines.append(f"  {', '.join(world.describe(i) for i in freed)} waited at the start of a cell in the old "
-                     "generation: that cell fails there; run it again")
     return "\n".join(lines)
 
 

@@ -1,9 +1,11 @@
 """The %%collective protocol for one cell on one rank.
 
 1. Publish this rank's source, flags and process-group state; meet the others
-   (barrier "in"). The last to arrive decides for everyone: refuse (the
-   sources or flags differ), rebuild the process group first (a rank cannot
-   trust it), or go.
+   at the world's next step (:meth:`~nbdist.world.world.World.meet`, barrier
+   "in"). The last to arrive decides for everyone: refuse (the sources or flags
+   differ, or another rank reached another kind of step), rebuild the process
+   group first (a rank cannot trust it, or the world moved to a new generation
+   while the ranks waited), or go.
 2. Refuse, on every rank, if told to.
 3. Rebuild the process group if told to (every rank at the same point).
 4. Run the body with a :class:`~nbdist.cell.watch.CellWatch` beside it, its
@@ -21,6 +23,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -38,13 +41,14 @@ from ..errors import (
     PeerFailedError,
     PeerLostError,
     StoreConnectionError,
+    WaitTimeout,
 )
 from ..view import trace
 from ..view.shrink import fit
 from ..world.store import StoreClient
-from ..world.world import BarrierRefused, World
+from ..world.world import BarrierRefused, World, step_name
 from . import capture, history
-from .fingerprint import CUT_SIGNS, Checker, differences, raise_if_failed
+from .fingerprint import CUT_SIGNS, Checker, at_work, differences, raise_if_failed
 from .live import LiveTable
 from .outputlog import OutputLog
 from .stopper import Stopper
@@ -76,10 +80,8 @@ def _flags_text(flags: dict[str, Any]) -> str:
     return " ".join(words) or "no flags"
 
 
-def start_verdict(world: World, cell: str) -> str:
+def start_verdict(world: World, records: list[dict[str, Any]]) -> str:
     """What the last rank to arrive at a cell decides for every rank: "refused:…", "go:rebuild:…" or "go"."""
-    keys = [world.key(f"{cell}/src/{i}") for i in range(world.world_size)]
-    records = [json.loads(t) for t in world.client.multi_get(keys)]
     flags: dict[str, list[int]] = {}
     for i, rec in enumerate(records):
         flags.setdefault(_flags_text(rec["flags"]), []).append(i)
@@ -91,7 +93,17 @@ def start_verdict(world: World, cell: str) -> str:
         refusal = compare_sources(records)
         if refusal is not None:
             return f"refused:{refusal}"
-    why = procgroup.verdict({i: rec["pg"] for i, rec in enumerate(records)})
+    whys = {rec["pg"].get("why") for rec in records if not rec["pg"].get("ok")}
+    if len(whys) == 1 and all(not rec["pg"].get("ok") for rec in records):
+        why = whys.pop()  # every rank says the same (the world moved on): say it once
+    else:
+        why = procgroup.verdict({i: rec["pg"] for i, rec in enumerate(records)})
+    if why is None:
+        gen = world.store_generation()  # now, not when each rank arrived: it may have moved while they waited
+        older = [i for i, rec in enumerate(records) if rec["pg"].get("gen", gen) != gen]
+        if older:
+            why = (f"rank(s) {', '.join(map(str, older))}: the world moved on while they waited (a rank rejoined, or "
+                   "another rank's process group failed)")
     return f"{REBUILD}{why}" if why else "go"
 
 
@@ -136,72 +148,71 @@ class Flags:
 
 def run(world: World, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
         params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[str], None],
-        entered: Callable[[], None] | None = None, stopper: Stopper | None = None,
-        rebuilt: str | None = None, driver: int | None = None) -> Outcome:
-    """Run ``source`` on this rank in lockstep with the others (see the module docstring).
+        step: int, state: dict[str, Any], entered: Callable[[], None] | None = None,
+        stopper: Stopper | None = None, driver: int | None = None) -> Outcome:
+    """Run ``source`` on this rank as the world's step ``step``, in lockstep with the others (see the module docstring).
 
-    ``activate`` hands the cell's checker to nbdist's wrappers (None when the
-    body ends); ``rebuild(tag)`` rebuilds the process group on this rank.
-    Whatever ends this rank's part early (the stop button anywhere in it, an
-    error of nbdist's own) closes the cell's barriers, so no rank waits for it.
-    ``entered`` is called once the cell has its turn (see :func:`abandon`);
-    ``stopper`` lets the watcher end the body (--max-time, a stop of every rank);
-    ``rebuilt`` says why the group was rebuilt just before (see ``Session.ensure_group``);
-    ``driver``, on a follower, is the rank whose stop button ends this body too.
+    ``state`` is this rank's process-group state, as the others judge it (with
+    the generation it was built in); ``activate`` hands the cell's checker to
+    nbdist's wrappers (None when the body ends); ``rebuild(tag)`` rebuilds the
+    process group on this rank. Whatever ends this rank's part early (the stop
+    button anywhere in it, an error of nbdist's own) closes the cell's
+    barriers, so no rank waits for it. ``entered`` is called once the cell has
+    its turn (see :func:`abandon`); ``stopper`` lets the watcher end the body
+    (--max-time, a stop of every rank); ``driver``, on a follower, is the rank
+    whose stop button ends this body too.
     """
-    n, cell = world.next_name("cell")
+    cell = step_name(step)
     try:
         if entered is not None:
             entered()
-        outcome = _run(world, n, cell, shell, source, flags, watch_client, params, activate, rebuild, stopper,
-                       driver)
-        if rebuilt is not None and outcome.rebuilt is None:
-            outcome.rebuilt = rebuilt
-            outcome.holders = outcome.holders or procgroup.holders(shell.user_ns)
-        return outcome
+        return _run(world, step, cell, shell, source, flags, watch_client, params, activate, rebuild, stopper,
+                    driver, state)
     except StoreConnectionError:
         raise  # nobody can be told
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         try:
-            close(world, cell, "interrupted its cell" if interrupted else f"stopped: {exc}", interrupted)
+            close(world, step, "interrupted its cell" if interrupted else f"stopped: {exc}", interrupted)
         except StoreConnectionError as lost:
             exc.add_note(f"(the other ranks could not be told: {lost})")
         raise
 
 
-def close(world: World, cell: str, reason: str, interrupted: bool = False) -> None:
-    """End this rank's part in ``cell`` early: the others stop waiting for it, with ``reason``."""
+def close(world: World, step: int, reason: str, interrupted: bool = False) -> None:
+    """End this rank's part in the cell of ``step`` early: the others stop waiting for it, with ``reason``."""
+    cell = step_name(step)
     publish_failure(world.client, world, cell, {"rank": world.rank, "message": f"{world.describe(world.rank)} {reason}",
                                                 "kind": "interrupted" if interrupted else "error"})
-    for barrier in ("in", "out"):
-        world.close_barrier(f"{cell}/{barrier}", reason)
+    world.close_step(step, reason)
+    world.close_barrier(f"{cell}/out", reason)
 
 
 def abandon(world: World, reason: str, interrupted: bool = False) -> None:
     """A %%collective that failed before it reached the protocol still takes its turn, closed, so none waits."""
-    _, cell = world.next_name("cell")
-    close(world, cell, reason, interrupted)
+    close(world, world.turn(), reason, interrupted)
 
 
 def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
          params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[str], None],
-         stopper: Stopper | None, driver: int | None) -> Outcome:
+         stopper: Stopper | None, driver: int | None, state: dict[str, Any]) -> Outcome:
     label = f"%%collective #{n}"
     timeout = flags.timeout
     digest = hashlib.sha256(source.encode()).hexdigest()
-    state = world.pg.state() if world.pg is not None else {"ok": False, "why": "it has no process group yet"}
-    world.client.set_json(world.key(f"{cell}/src/{world.rank}"), {
-        "hash": digest, "code": source[:MAX_SOURCE_CHARS], "pg": state,
-        "flags": flags.compared(),
-    })
+    record = {"hash": digest, "code": source[:MAX_SOURCE_CHARS], "pg": state, "flags": flags.compared()}
     try:
-        opened = world.barrier(f"{cell}/in", timeout, f"{label} (start)", verdict=lambda: start_verdict(world, cell))
+        opened = world.meet(n, "cell", f"{label} (start)", record, timeout,
+                            verdict=lambda records: start_verdict(world, records), on_missed=say)
     except BarrierRefused as exc:
         raise CellMismatchError(str(exc)) from None
+    except WaitTimeout as exc:
+        if state.get("ok"):
+            raise
+        raise WaitTimeout(f"{exc}. Every rank must rebuild the process group at this cell's start first "
+                          f"({state.get('why')})") from None
     rebuilt = opened.removeprefix(REBUILD) if opened.startswith(REBUILD) else None
     if rebuilt is not None:
-        rebuild(f"{n}")
+        rebuild(f"t{n}")
     world.note(f"running {label}", cell=n, body=cell)
     checker = Checker(world, cell, timeout, params, compare=flags.check,
                       on_tick=lambda: raise_if_failed(world, cell), trace=flags.trace)
@@ -274,10 +285,9 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     return outcome
 
 
-def at_work(cell: str, last: dict[str, Any]) -> bool:
-    """Whether a rank's last note says it is still at work in ``cell``'s body: running it (inside a collective
-    or not), or waiting in it for a collective's comparison."""
-    return last.get("body") == cell or str(last.get("barrier", "")).startswith(f"{cell}/fp/")
+def say(text: str) -> None:
+    """One line for the notebook of this rank, before its table (what happened at a step)."""
+    print(f"nbdist: {text}", file=sys.stderr, flush=True)
 
 
 def _within_max_time(flags: Flags, started: float) -> bool:

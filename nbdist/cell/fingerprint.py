@@ -283,11 +283,15 @@ class Checker:
             try:
                 work.wait(WAIT_SLICE)
                 return
-            except RuntimeError as exc:
-                if work.is_completed():  # the collective failed; else only this slice of the wait ran out
-                    if late is not None and self.stopped is None:
-                        self._compare_late(*late, publish=not published)  # a rank that found a mismatch cut it
-                    raise exc from None
+            except RuntimeError:
+                if work.is_completed():  # it failed, or it completed just after this slice ran out: ask again
+                    try:
+                        work.wait(WAIT_SLICE)
+                        return
+                    except RuntimeError as exc:
+                        if late is not None and self.stopped is None:
+                            self._compare_late(*late, publish=not published)  # a rank that found a mismatch cut it
+                        raise exc from None
             if late is not None and self.stopped is None:
                 try:
                     self._compare_late(*late, publish=not published)
@@ -375,8 +379,10 @@ class Checker:
         base = f"{self.cell}/fp/{name}/{seq}"
         client.set_json(world.key(f"{base}/{world.rank}"), fp)
         label = f"collective #{seq} ({fp['op']}) of this cell"
+        # --timeout counts only for members not at work in the body: one still computing is waited for while
+        # it lives (it may be minutes from its collective); one that finished without it is named at once.
         world.barrier(base, self.timeout, label, on_tick=lambda: self._peer_finished(name, seq, fp, ranks),
-                      members=ranks)
+                      members=ranks, working=lambda _, last: at_work(self.cell, last))
         who = ranks if ranks is not None else list(range(world.world_size))
         texts = client.multi_get([world.key(f"{base}/{i}") for i in who])
         problems = differences({i: json.loads(t) for i, t in zip(who, texts, strict=True)})
@@ -401,6 +407,12 @@ class Checker:
                     f"{world.describe(i)} finished this cell after {issued} collective(s), but "
                     f"{world.describe(world.rank)} issued #{seq} ({fp['op']}): the ranks run different collectives"
                 )
+
+
+def at_work(cell: str, last: dict[str, Any]) -> bool:
+    """Whether a rank's last note says it is still at work in ``cell``'s body: running it (inside a collective
+    or not), or waiting in it for a collective's comparison."""
+    return last.get("body") == cell or str(last.get("barrier", "")).startswith(f"{cell}/fp/")
 
 
 def group_arg(params: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

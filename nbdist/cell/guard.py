@@ -6,6 +6,14 @@ tell a rank at work from an absent one), and follows ``stops``, the counter
 that ``%dist_stop`` and ``nbdist stop`` raise: a new stop, while a cell runs
 here, is handed to ``on_stop``. Plain cells pay nothing for it: the running
 flag is set without any I/O, and published from this thread.
+
+A stop is for the cell that ran when it was sent, never for the next one: a
+cell that ends early (its peers stopped first) may be followed by another
+before this thread looks again. A stop first seen in a cell this thread saw
+running at its previous look was sent during that cell; one first seen in a
+cell that started since is taken only if it was sent after that cell began
+(the stop's time, and the cell's on this host's clock: a difference between
+the hosts' clocks can matter only within one look, 0.2 s).
 """
 
 from __future__ import annotations
@@ -35,14 +43,18 @@ class Guard:
     """Watches one kernel's cells for a world (see the module docstring); ``stop()`` is idempotent."""
 
     def __init__(self, client: StoreClient, key: Callable[[str], str], rank: int, session: str,
-                 on_stop: Callable[[dict[str, Any]], None]) -> None:
+                 on_stop: Callable[[dict[str, Any]], None], start: bool = True) -> None:
         self._client, self._key, self._rank, self._session, self._on_stop = client, key, rank, session, on_stop
         self.running = False  # a cell of this kernel runs (set by the session's cell events)
+        self.cell = 0  # which cell of this kernel runs: a new number for each (set with ``running``)
+        self.cell_started = 0.0  # when it began, time.time() (set with ``running``)
+        self._looked_at: int | None = None  # the cell that ran at the previous look, if any
         self._published: bool | None = None
         self._seen = self._client.add(key("stops"), 0)  # stops from before this kernel joined are not for it
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nbdist-guard", daemon=True)
-        self._thread.start()
+        if start:  # without: the caller looks itself (tests)
+            self._thread.start()
 
     def _run(self) -> None:
         while not self._halt.wait(GUARD_INTERVAL):
@@ -55,21 +67,29 @@ class Guard:
                 log.exception("nbdist guard")
 
     def _look(self) -> None:
-        running = self.running
+        running, cell, started = self.running, self.cell, self.cell_started
         if running != self._published:
             self._client.set_json(self._key(f"busy/{self._rank}"), {"busy": running, "t": time.time()})
             self._published = running
+        seen_running = running and self._looked_at == cell  # this cell ran at the previous look too
         n = self._client.add(self._key("stops"), 0)
         while self._seen < n:
             info = self._client.get_json_if(self._key(f"stop/{self._seen + 1}"))
             if info is None:
-                return  # counted, not yet described: look again next time
+                return  # counted, not yet described: look again next time (this cell counts as seen then)
             self._seen += 1
-            if running and self.running and info.get("session") != self._session:
+            for_this_cell = seen_running or float(info.get("t", 0.0)) >= started
+            if running and self.running and self.cell == cell and for_this_cell \
+                    and info.get("session") != self._session:
                 self._on_stop(info)
+        self._looked_at = cell if running else None
+
+    def new_cell(self) -> None:
+        """A cell begins here (no I/O: plain cells pay nothing for the guard)."""
+        self.cell, self.cell_started = self.cell + 1, time.time()
 
     def stop(self) -> None:
         self._halt.set()
-        if self._thread is not threading.current_thread():
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
         self._client.close()

@@ -15,7 +15,7 @@ from typing import Any
 from ..config import TIMEOUTS
 from ..errors import DriveError, StoreConnectionError
 from .fingerprint import Checker
-from .watch import CellWatch
+from .watch import CellWatch, plain_failures, publish_plain_failure
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,16 @@ class PlainNet:
         self._cells += 1
         cell = f"g{world.gen}/plain/{world.rank}/{self._cells}"
         checker = Checker(world, cell, TIMEOUTS["barrier"], s.hooks.params, compare=False, plain=True)
-        watch = CellWatch(world, s.watch_client, cell, checker, "this cell", stopper=s.stopper, plain=True)
+        watch = CellWatch(world, s.watch_client, cell, checker, "this cell", stopper=s.stopper, plain=True,
+                          plain_since=plain_failures(world.client, world))
         watch.__enter__()
         self.watch, s.hooks.active = watch, checker
         return checker
 
-    def end(self) -> None:
-        """The plain cell ended: stop its watch; a group it broke is rebuilt by every rank at its next use."""
+    def end(self, error: BaseException | None = None) -> None:
+        """The plain cell ended (with ``error``, if it failed): stop its watch; a group it broke is rebuilt by
+        every rank at its next use. A cell that failed of its own accord during its collectives tells the
+        others' plain cells, so that none waits in a collective this rank will not join."""
         s = self.session
         watch, self.watch = self.watch, None
         if watch is None:
@@ -56,9 +59,18 @@ class PlainNet:
         if s.hooks.active is watch.checker:
             s.hooks.active = None
         watch.__exit__(None, None, None)
-        pg = s.world.pg if s.world is not None else None
-        if pg is not None and pg.broken and pg.gen == s.world.gen:
-            try:
-                s.world.bump_generation(pg.gen)  # the others rebuild at their next cell that uses it, too
-            except StoreConnectionError as exc:
-                log.info("could not tell the others the process group failed: %s", exc)
+        world = s.world
+        if world is None:
+            return
+        pg = world.pg
+        try:
+            world.note("finished a plain cell's collectives")  # its watch noted what it was inside: no longer
+            own = watch.reason is None or watch.reason.get("rank") == world.rank
+            if error is not None and own:
+                why = "the stop button" if type(error) is KeyboardInterrupt else f"{type(error).__name__}: {error}"
+                publish_plain_failure(world.client, world, f"{world.describe(world.rank)} ended its cell during its "
+                                                           f"collectives ({why})")
+            if pg is not None and pg.broken and pg.gen == world.gen:
+                world.bump_generation(pg.gen)  # the others rebuild at their next cell that uses it, too
+        except StoreConnectionError as exc:
+            log.info("could not tell the others this plain cell ended: %s", exc)

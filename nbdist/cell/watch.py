@@ -57,6 +57,30 @@ def publish_failure(client: StoreClient, world: World, cell: str, info: dict[str
     return json.loads(first)
 
 
+PLAIN_FAILED = "plain/failed"  # how many plain cells ended with an error during their collectives; then each one
+
+
+def plain_failures(client: StoreClient, world: World) -> int:
+    """How many plain cells of this world's ranks ended early during their collectives so far."""
+    return client.add(world.key(f"{PLAIN_FAILED}_n"), 0)
+
+
+def publish_plain_failure(client: StoreClient, world: World, message: str) -> None:
+    """This rank's plain cell ended early during its collectives: the others' plain cells must not wait for it."""
+    n = client.add(world.key(f"{PLAIN_FAILED}_n"), 1)
+    client.set_json(world.key(f"{PLAIN_FAILED}/{n}"), {"rank": world.rank, "kind": "error", "message": message})
+
+
+def plain_failure(client: StoreClient, world: World, since: int) -> dict[str, Any] | None:
+    """Another rank's plain-cell failure published after the first ``since``, if any."""
+    n = plain_failures(client, world)
+    for i in range(n, since, -1):
+        info = client.get_json_if(world.key(f"{PLAIN_FAILED}/{i}"))
+        if info is not None and info.get("rank") != world.rank:
+            return info
+    return None
+
+
 def in_collective_code(thread_id: int) -> bool:
     """Whether a thread's innermost Python frame is in torch code that runs collectives."""
     frame = sys._current_frames().get(thread_id)
@@ -68,12 +92,14 @@ class CellWatch:
 
     def __init__(self, world: World, client: StoreClient, cell: str, checker: Checker, label: str = "",
                  on_tick: Callable[[], None] | None = None, max_time: float | None = None,
-                 stopper: Stopper | None = None, plain: bool = False, driver: int | None = None) -> None:
+                 stopper: Stopper | None = None, plain: bool = False, driver: int | None = None,
+                 plain_since: int = 0) -> None:
         self.world, self.client, self.cell, self.checker = world, client, cell, checker
         self.driver = driver  # a follower's: the stop button of the notebook that drives it stops its body too
         self._on_tick = on_tick  # the live table's turn, every slice (it keeps its own pace)
         self.max_time, self.stopper = max_time, stopper
         self.plain = plain  # a plain cell's: no other rank is in it, so only peers, the stop button, stops
+        self.plain_since = plain_since  # a plain cell's: the plain failures published before it began
         self._started = time.monotonic()
         self._timed_out = False
         self.cell_label = label or cell
@@ -158,6 +184,11 @@ class CellWatch:
 
     def _look_around(self, failed_key: str) -> None:
         try:
+            if self.plain:
+                info = plain_failure(self.client, self.world, self.plain_since)
+                if info is not None:
+                    self._stop_cell(info, publish=False)  # a rank that waits in a collective for it cuts
+                    return
             text = None if self.plain else self.client.get_if(failed_key)
             if text is not None:
                 info = json.loads(text)

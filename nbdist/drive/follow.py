@@ -30,7 +30,7 @@ from typing import Any
 from ..cell import cells
 from ..errors import DriveError, JoinError, NbdistError, StoreConnectionError, WorldChangedError
 from ..world import signing
-from ..world.world import UNBOUNDED, World
+from ..world.world import UNBOUNDED, World, step_name
 
 CLAIM, SEQ, FOLLOWERS, REFUSED = "drive/claim", "drive/seq", "drive/followers", "drive/refused"
 PUBLISH_GRACE = 2.0  # seconds a numbered message may take to be written (it takes milliseconds)
@@ -75,8 +75,9 @@ class Drive:
         return self._key
 
     def before(self, world: World, secret: Callable[[], str], kind: str, source: str = "",
-               flags: dict[str, Any] | None = None) -> None:
-        """Before this notebook runs a cell or barrier of its own: publish it to the followers, if any.
+               flags: dict[str, Any] | None = None, step: int = 0) -> None:
+        """Before this notebook runs a cell or barrier of its own, as the world's ``step``: publish it to the
+        followers, if any.
 
         Raises :class:`DriveError` if another notebook drives, or a follower refused an earlier cell.
         """
@@ -85,7 +86,7 @@ class Drive:
                 return  # lockstep: every notebook runs its own cells
             self.take(world)
         # Published even while no rank follows yet: a follower that starts before the cell does takes it.
-        self.publish(world, secret, kind, source, flags or {})
+        self.publish(world, secret, kind, source, flags or {}, step)
 
     def has_followers(self, world: World) -> bool:
         """Whether this notebook drives ``world`` and some rank follows it now."""
@@ -110,17 +111,17 @@ class Drive:
         self._seq = world.client.add(world.key(SEQ), 0)
 
     def publish(self, world: World, secret: Callable[[], str], kind: str, source: str = "",
-                flags: dict[str, Any] | None = None) -> int:
-        """Sign and publish one message for the followers; returns its sequence number."""
+                flags: dict[str, Any] | None = None, step: int = 0) -> int:
+        """Sign and publish one message for the followers (for a cell or barrier: the world's ``step`` it is, which
+        the followers meet at); returns its sequence number."""
         key = self.key(secret)
         seq = world.client.add(world.key(SEQ), 1)
         skipped, self._seq = seq != self._seq + 1, seq
         if skipped:  # a follower refused a message and burned its slot (see Follower._refuse)
             self._refused(world)
-        number = world.peek_name("cell") if kind == "collective" else 0
         cell = signing.sign(key, {"round": world.round, "seq": seq, "driver": world.rank, "session": self.session,
                                   "kind": kind, "source": source, "flags": flags or {}, "gen": world.gen,
-                                  "number": number, "t": time.time()})
+                                  "number": step, "t": time.time()})
         world.client.set(world.key(f"drive/{seq}"), json.dumps(cell))
         return seq
 
@@ -200,10 +201,10 @@ class Follower:
         numbered = isinstance(cell.get("number"), int) and isinstance(cell.get("gen"), int)
         rank = cell.get("driver")
         driver = {"rank": rank, "session": world.ranks[rank].get("session")} if rank in range(world.world_size) else {}
-        if cell.get("kind") == "collective" and numbered and not signing.verify(self._key, cell, round_=world.round,
-                                                                                seq=last, driver=driver):
+        if cell.get("kind") in ("collective", "barrier") and numbered and not signing.verify(
+                self._key, cell, round_=world.round, seq=last, driver=driver):
             # check, not get_if: a compare-and-set on the missing key would wake the driver's wait on it.
-            started = world.client.check([world.key(f"g{cell['gen']}/cell/{cell['number']}/in/state")])
+            started = world.client.check([world.key(f"{step_name(cell['number'])}/in/state")])
             if not started and time.time() - float(cell.get("t") or 0) < 600:
                 return last
         return last + 1
@@ -263,11 +264,10 @@ class Follower:
         world.client.set_json(world.key(REFUSED), {"rank": world.rank, "seq": self.seq, "reason": why})
         # Burn the slot: the driver's next message goes after it (and the driver hears of this there).
         world.client.compare_set(world.key(SEQ), str(self.seq - 1), str(self.seq))
-        gen, number = cell.get("gen"), cell.get("number")
-        if isinstance(gen, int) and isinstance(number, int) and number > 0:
-            for barrier in ("in", "out"):
-                world.client.compare_set(world.key(f"g{gen}/cell/{number}/{barrier}/state"), "",
-                                         f"{world.describe(world.rank)} refused the cell: {why}")
+        number = cell.get("number")
+        if isinstance(number, int) and number > 0:
+            world.close_step(number, f"refused the cell: {why}")
+            world.close_barrier(f"{step_name(number)}/out", f"refused the cell: {why}")
         raise signing.SigningError(
             f"nbdist refused message #{self.seq} (sent as from rank {claimed}): {why}. Nothing of it ran; this "
             "notebook stopped following and stays in the world")
@@ -320,7 +320,7 @@ def run(session: Any, follower: Follower, show: Shows) -> str:
                 return f"following ended: {exc}"
             try:
                 if msg.kind == "barrier":
-                    show.barrier(session.barrier(float(msg.flags.get("timeout", 300.0))))
+                    show.barrier(session.barrier(float(msg.flags.get("timeout", 300.0)), step=msg.number))
                     continue
                 shown = None
                 if show.source is not None:

@@ -42,8 +42,8 @@ STORE_TIMEOUT = 2.0  # seconds one read of the dashboard's own connection may ta
 JOIN_TIMEOUT = 2 * UPDATE_EVERY + 2 * STORE_TIMEOUT  # a stopping thread ends its update first
 COLUMNS = ("rank", "state", "heartbeat", "host", "device", "doing", "last error")
 BUTTON_NOTE = "acts once this kernel is idle (while a cell runs here, the toolbar's stop button ends it)"
-_CELL = re.compile(r"^(g\d+/cell/\d+)(?:/|$)")
-_CELL_NUMBER = re.compile(r"^g(\d+)/cell/(\d+)$")
+_CELL = re.compile(r"^(t/\d+)(?:/|$)")
+_CELL_NUMBER = re.compile(r"^t/(\d+)$")
 _IN_PROTOCOL = ("running", "inside", "waiting", "joining", "rejoined", "rebuilding")
 
 
@@ -137,8 +137,8 @@ def rows(seen: list[Seen], now: float, dead_after: float = DEAD_AFTER) -> list[R
     return out
 
 
-def cell_of(last: dict[str, Any] | None, gen: int) -> str | None:
-    """The store name of the %%collective a rank's note is about ("g0/cell/3"), or None."""
+def cell_of(last: dict[str, Any] | None) -> str | None:
+    """The store name of the %%collective (the world's step) a rank's note is about ("t/3"), or None."""
     if not last:
         return None
     for key in ("body", "barrier"):
@@ -146,21 +146,21 @@ def cell_of(last: dict[str, Any] | None, gen: int) -> str | None:
         if match:
             return match[1]
     number = last.get("cell")
-    return f"g{gen}/cell/{number}" if isinstance(number, int) else None
+    return f"t/{number}" if isinstance(number, int) else None
 
 
 def previous_cell(cell: str) -> str | None:
-    """The cell before ``cell`` in its generation (its failure may have been recorded between two looks)."""
+    """The step before ``cell`` (its failure may have been recorded between two looks)."""
     match = _CELL_NUMBER.match(cell)
-    if match is None or int(match[2]) <= 1:
+    if match is None or int(match[1]) <= 1:
         return None
-    return f"g{match[1]}/cell/{int(match[2]) - 1}"
+    return f"t/{int(match[1]) - 1}"
 
 
 def failure_text(failure: dict[str, Any], cell: str, describe: str) -> str:
     """A cell's recorded failure as a rank's "last error": the cell, then the message without the rank's name."""
     match = _CELL_NUMBER.match(cell)
-    where = f"%%collective #{match[2]}" if match else cell
+    where = f"%%collective #{match[1]}" if match else cell
     message = str(failure.get("message", failure.get("kind", "failed")))
     return f"{where}: {message.removeprefix(describe).lstrip()}"
 
@@ -211,15 +211,15 @@ class Reader:
         A failure names the rank that caused it; one that names none (%dist_stop, a lost rank) is the world's.
         """
         world = self.world
-        cells = {c for last in lasts if (c := cell_of(last, world.gen)) is not None}
+        cells = {c for last in lasts if (c := cell_of(last)) is not None}
         cells |= {p for c in cells if (p := previous_cell(c)) is not None}
-        latest: dict[int, tuple[tuple[int, int], str]] = {}  # rank (-1: the world's) -> ((gen, cell), text)
+        latest: dict[int, tuple[int, str]] = {}  # rank (-1: the world's) -> (step, text)
         for cell in cells | set(self._failures):
             failure = self._failure(cell)
             match = _CELL_NUMBER.match(cell)
             if failure is None or match is None:
                 continue
-            order = (int(match[1]), int(match[2]))
+            order = int(match[1])
             rank = failure.get("rank")
             owner = rank if isinstance(rank, int) and 0 <= rank < len(world.ranks) else -1
             if owner not in latest or latest[owner][0] < order:

@@ -1,9 +1,19 @@
-"""A formed world, seen from one rank: barriers, liveness of the others, generations.
+"""A formed world, seen from one rank: its steps in lockstep, barriers, liveness of the others, generations.
 
-The process group of a round is rebuilt whenever it fails (a rank raised, was
-interrupted, died and was replaced): each rebuild is a *generation*, counted
-in ``r/<r>/gen``. Barriers and cells are numbered within a generation, so a
-replacement rank starts counting where everyone else restarts too.
+Every step the ranks take together (a ``%%collective``, a ``%dist_barrier``, a
+rebuild of the process group for a plain cell's collective) is a numbered
+*turn*. The number is the store's (``r/<r>/turn``: the last turn taken), never
+a count one rank keeps: a rank reads it at its next step and meets the others
+at ``t/<n>`` (:meth:`World.meet`). A turn is taken when its meeting opens or is
+closed, and whoever opens or closes it moves the counter on before saying so.
+So a rank whose step was stopped before it began, or that missed steps, meets
+the others at the next one, and no stop can put the ranks' numbering out of
+step. A follower meets at the number its driver sent, which is the driver's.
+
+The process groups are rebuilt whenever they fail (a rank raised, was
+interrupted, died and was replaced): each rebuild is a *generation*, counted in
+``r/<r>/gen``; a rank whose group is of an older generation rebuilds it with
+the others at its next step that uses it.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from ..errors import JoinError, PeerFailedError, PeerLostError, WaitTimeout, Wor
 from .pulse import judge
 from .store import StoreClient, StoreConnectionError
 
+TURN = "turn"  # the last step the world took (see the module docstring)
 DEAD_AFTER = 5 * HEARTBEAT_INTERVAL  # seconds without a heartbeat before a rank counts as gone
 WORKING_RECHECK = 1.0  # seconds between looks at whether the ranks a barrier waits for are still at work
 UNBOUNDED = 10.0**7  # seconds: a wait whose deadline its tick keeps
@@ -89,7 +100,7 @@ class World:
     gen: int = 0
     replaced: dict[str, Any] | None = None  # the registration this rank took over, if any
     pg: Any = None  # the ProcessGroup of the current generation, once built
-    _counters: dict[str, int] = field(default_factory=dict)
+    last_turn: int | None = None  # the last step this rank met the others at
     _next_round_check: float = 0.0
     _next_peer_check: float = 0.0
     _tracker: PeerTracker | None = None
@@ -110,26 +121,69 @@ class World:
         bump_generation(self.client, self.key("gen"), seen)
 
     def enter_generation(self, gen: int) -> None:
-        """Restart numbering for ``gen`` and re-read the registrations (a rank may have been replaced)."""
+        """Take ``gen`` as this world's generation and re-read the registrations (a rank may have been replaced)."""
         self.gen = gen
-        self._counters.clear()
         keys = [self.key(f"rank/{i}") for i in range(self.world_size)]
         self.ranks = [json.loads(t) for t in self.client.multi_get(keys)]
         self._tracker = None
 
-    def next_name(self, kind: str) -> tuple[int, str]:
-        """(number, store name) of the next barrier of a kind; every rank counts alike."""
-        n = self._counters.get(kind, 0) + 1
-        self._counters[kind] = n
-        return n, f"g{self.gen}/{kind}/{n}"
+    # --- steps in lockstep ------------------------------------------------
+    def turn(self) -> int:
+        """The number of the world's next step (one round trip; see the module docstring)."""
+        return self.client.add(self.key(TURN), 0) + 1
 
-    def peek_name(self, kind: str) -> int:
-        """The number :meth:`next_name` gives next for ``kind``."""
-        return self._counters.get(kind, 0) + 1
+    def take_turn(self, n: int) -> None:
+        """Move the world past step ``n``; idempotent, and a no-op once the world is past it."""
+        self.client.compare_set(self.key(TURN), str(n - 1), str(n))
 
-    def align(self, kind: str, number: int) -> None:
-        """Make ``number`` the next of ``kind`` (a follower takes its driver's numbering)."""
-        self._counters[kind] = number - 1
+    def close_step(self, n: int, reason: str) -> str:
+        """Close step ``n``'s meeting with this rank's reason (whether or not it got there); returns its state."""
+        self.take_turn(n)
+        return self.close_barrier(f"{step_name(n)}/in", reason)
+
+    def missed(self, n: int) -> str | None:
+        """What the steps between this rank's last one and ``n`` were, if it missed any (they were closed)."""
+        if self.last_turn is None or n <= self.last_turn + 1:
+            return None
+        first, last = self.last_turn + 1, n - 1
+        why = self.client.get_if(self.key(f"{step_name(last)}/in/state")) or "closed"
+        steps = f"step #{first}" if first == last else f"steps #{first}-#{last}"
+        return (f"{steps} went by without this rank (the last: {why}); it meets the others at step #{n}, which "
+                "every rank reaches next")
+
+    def meet(self, n: int, kind: str, label: str, record: dict[str, Any], timeout: float,
+             verdict: Callable[[list[dict[str, Any]]], str] | None = None,
+             on_tick: Callable[[], None] | None = None,
+             working: Callable[[int, dict[str, Any]], bool] | None = None,
+             on_missed: Callable[[str], None] | None = None) -> str:
+        """Meet every rank at step ``n``; returns the state it opened with (see :meth:`barrier`).
+
+        ``kind`` says what the step is ("cell", "barrier", "rebuild"): ranks that reach
+        different kinds of step ran different cells, and are refused alike, each named
+        with its ``label``. Where the kinds agree, ``verdict`` decides from every rank's
+        ``record`` (in rank order), as the last rank to arrive reads them. ``on_missed``
+        is told, before the wait, of steps the world took without this rank (see :meth:`missed`).
+        """
+        name = step_name(n)
+        missed = self.missed(n)
+        if missed is not None and on_missed is not None:
+            on_missed(missed)
+        self.last_turn = n
+        self.client.set_json(self.key(f"{name}/src/{self.rank}"), {**record, "kind": kind, "label": label})
+
+        def decide() -> str:
+            keys = [self.key(f"{name}/src/{i}") for i in range(self.world_size)]
+            records = [json.loads(t) for t in self.client.multi_get(keys)]
+            if len({rec["kind"] for rec in records}) > 1:
+                steps: dict[str, list[int]] = {}
+                for i, rec in enumerate(records):
+                    steps.setdefault(rec["label"], []).append(i)
+                who = "; ".join(f"{_ranks_text(r)}: {text}" for text, r in steps.items())
+                return (f"refused:the ranks reached different steps ({who}); nothing ran. Run the same cell in every "
+                        "notebook")
+            return verdict(records) if verdict is not None else "go"
+
+        return self.barrier(f"{name}/in", timeout, label, on_tick=on_tick, verdict=decide, working=working, turn=n)
 
     # --- activity and health ----------------------------------------------
     def note(self, what: str, **extra: Any) -> None:
@@ -181,7 +235,7 @@ class World:
     # --- barriers -----------------------------------------------------------
     def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None,
                 verdict: Callable[[], str] | None = None, members: list[int] | None = None,
-                working: Callable[[int, dict[str, Any]], bool] | None = None) -> str:
+                working: Callable[[int, dict[str, Any]], bool] | None = None, turn: int | None = None) -> str:
         """Wait until every rank (or every one of ``members``) arrives at barrier ``name``, or fail naming who did not.
 
         The last rank to arrive opens the barrier with the state ``verdict``
@@ -198,17 +252,28 @@ class World:
         body, say): ``timeout`` does not count for such a rank while its
         heartbeat lives, so the wait goes on (the peer checks still end it
         when the rank dies).
+
+        ``turn``: the barrier is the meeting of step ``turn`` (:meth:`meet`); opening or
+        closing it takes that turn, before the barrier's state says so.
         """
         base = self.key(name)
         expected = self.world_size if members is None else len(members)
         try:
             if self.client.add(f"{base}/n", 1) >= expected:  # the last to arrive opens it: nobody waits for its note
-                state = self.client.compare_set(f"{base}/state", "", verdict() if verdict is not None else "go")
+                decided = verdict() if verdict is not None else "go"
+                if turn is not None:
+                    self.take_turn(turn)
+                state = self.client.compare_set(f"{base}/state", "", decided)
             else:
-                self.note(f"waiting at {label}", barrier=name)
-                state = self._wait_open(base, name, timeout, label, on_tick, members, working)
+                self.note(f"waiting at {label}", barrier=name, **({} if turn is None else {"turn": turn}))
+                state = self._wait_open(base, name, timeout, label, on_tick, members, working, turn)
         except KeyboardInterrupt as exc:  # wherever it lands (a store call defers it): nobody may wait for this rank
-            self.close_barrier(name, "interrupted its cell" if type(exc) is KeyboardInterrupt else f"stopped: {exc}")
+            user = type(exc) is KeyboardInterrupt
+            self._close(base, "interrupted its cell" if user else f"stopped: {exc}", turn)
+            self._note_gave_up(label, "the stop button" if user else str(exc))
+            if user:  # the stop button: its message, not nbdist's frames
+                exc._render_traceback_ = lambda: [f"KeyboardInterrupt: stopped waiting at {label}; the other "  # type: ignore[attr-defined]
+                                                  "ranks were told"]
             raise
         if state.startswith("refused:"):
             raise BarrierRefused(state.removeprefix("refused:"))
@@ -217,7 +282,8 @@ class World:
         return state
 
     def _wait_open(self, base: str, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None,
-                   members: list[int] | None, working: Callable[[int, dict[str, Any]], bool] | None) -> str:
+                   members: list[int] | None, working: Callable[[int, dict[str, Any]], bool] | None,
+                   turn: int | None) -> str:
         deadline = time.monotonic() + timeout
 
         def tick() -> None:
@@ -244,19 +310,32 @@ class World:
                 # Woken with nothing set: torch's TCPStore also wakes a wait when another client's
                 # compare-and-set merely reads the missing key. Wait again.
         except WaitTimeout:
-            if self._close(base, "gave up waiting") != "go":
-                raise WaitTimeout(self._who_is_missing(name, timeout, label, members)) from None
+            if self._close(base, f"gave up waiting after {timeout:g} s", turn) != "go":
+                missing = self._who_is_missing(name, timeout, label, members)
+                self._note_gave_up(label, f"waited {timeout:g} s")
+                raise WaitTimeout(missing) from None
         except Exception as exc:
-            self._close(base, f"stopped waiting: {exc}")
+            if self._close(base, f"stopped waiting: {exc}", turn) != "go":
+                self._note_gave_up(label, str(exc))
             raise
         return self.client.get_if(f"{base}/state") or ""
 
-    def _close(self, base: str, reason: str) -> str:
-        """Close an open barrier with a reason; returns its state ("go" if it opened meanwhile)."""
+    def _close(self, base: str, reason: str, turn: int | None = None) -> str:
+        """Close an open barrier with a reason (taking its ``turn``, if it meets a step); returns its state
+        ("go" if it opened meanwhile)."""
         try:
+            if turn is not None:
+                self.take_turn(turn)
             return self.client.compare_set(f"{base}/state", "", f"{self.describe(self.rank)} {reason}")
         except StoreConnectionError:  # the store itself is gone: nobody to tell
             return ""
+
+    def _note_gave_up(self, label: str, why: str) -> None:
+        """This rank waits at ``label`` no more: its note must not say it still does."""
+        try:
+            self.note(f"stopped waiting at {label} ({why})")
+        except StoreConnectionError:
+            return
 
     def close_barrier(self, name: str, reason: str) -> str:
         """Close barrier ``name`` with this rank's reason, whether or not this rank reached it."""
@@ -285,17 +364,35 @@ class World:
             last = self.client.get_json_if(self.key(f"last/{i}")) or {}
             if last.get("barrier") == name:
                 continue
-            if last:
-                ago = max(0.0, time.time() - last.get("t", time.time()))
-                did = f"last: {last.get('what', '?')}, {ago:.0f} s ago"
-            else:
-                did = "no activity recorded"
-            missing.append(f"{self.describe(i)}; {did}")
+            missing.append(f"{self.describe(i)}; {self.doing(i, last)}")
         who = "; ".join(missing) or "none (they arrived as this rank gave up)"
         return f"{label}: not every rank arrived within {timeout:g} s. Missing: {who}"
+
+    def doing(self, i: int, last: dict[str, Any] | None = None) -> str:
+        """What rank ``i`` does now, in words, for the message of a wait that gives up on it."""
+        last = (self.client.get_json_if(self.key(f"last/{i}")) or {}) if last is None else last
+        busy = self.client.get_json_if(self.key(f"busy/{i}"))
+        state = ""
+        if busy is not None and not busy.get("busy") and "barrier" not in last:
+            state = f"idle since {time.strftime('%H:%M:%S', time.localtime(busy.get('t', time.time())))}; "
+        elif busy is not None and busy.get("busy") and "barrier" not in last:
+            state = "running a cell; "
+        if not last:
+            return f"{state}no activity recorded"
+        ago = max(0.0, time.time() - last.get("t", time.time()))
+        return f"{state}last: {last.get('what', '?')}, {ago:.0f} s ago"
 
     def leave(self) -> None:
         """Tell the others this rank left (they see it in %dist_status)."""
         self.client.set_json(self.key(f"left/{self.rank}"), {"t": time.time()})
         self.client.add(self.key("left_n"), 1)
         self.note("left the world")
+
+
+def step_name(n: int) -> str:
+    """The store name of step ``n``'s meeting (a cell's keys hang under it)."""
+    return f"t/{n}"
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
