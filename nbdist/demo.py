@@ -9,7 +9,9 @@ gathered to rank 0 at the end, by one more cell.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -89,9 +91,14 @@ for epoch in range(5):
     optimizer.step()
     losses.append(loss.item())
     print(f"[Rank {RANK}] Epoch {epoch + 1}/5, Loss: {loss.item():.4f}")
-# After DDP's gradient all-reduce, every rank holds the same weights.
+# After DDP's gradient all-reduce, every rank holds the same weights, bit for bit:
+# gather every rank's weights and compare them element by element.
+weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+everyone = [torch.empty_like(weights) for _ in range(WORLD_SIZE)]
+dist.all_gather(everyone, weights)
+identical = all(torch.equal(w, everyone[0]) for w in everyone)
 checksum = sum(p.detach().double().sum().item() for p in model.parameters())
-_nbdist_demo = [len(losses), round(checksum, 6)]
+_nbdist_demo = [len(losses), checksum, identical]
 """,
         "ddp",
     ),
@@ -116,11 +123,55 @@ def expectations(world_size: int) -> dict[str, object]:
 
 def _check(step: str, key: str, rank: int, value: object, expected: dict[str, object], ddp: list) -> Check:
     if key == "ddp":
-        epochs, checksum = value  # type: ignore[misc]
+        epochs, checksum, identical = value  # type: ignore[misc]
         ddp.append(checksum)
-        return Check(step, rank, epochs == 5, f"5 epochs, weight checksum {checksum}")
+        torch_says = expected.get("ddp")
+        same = checksum == torch_says
+        return Check(step, rank, epochs == 5 and bool(identical) and (torch_says is None or same),
+                     f"5 epochs, weight checksum {checksum!r}"
+                     + ("" if torch_says is None else " (plain torch: the same)" if same
+                        else f", plain torch gives {torch_says!r}")
+                     + ("; every rank's weights equal, element by element" if identical
+                        else "; the ranks' weights DIFFER (torch.equal on the gathered weights)"))
     want = expected[key]
     return Check(step, rank, value == want, f"got {value}, expected {want}")
+
+
+class _Reference:
+    """:func:`plain_torch_checksum` in a thread of its own, so that it runs while the world forms."""
+
+    def __init__(self, world_size: int) -> None:
+        self._box: dict[str, object] = {}
+        self._thread = threading.Thread(target=self._run, args=(world_size,), name="nbdist-demo-reference",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, world_size: int) -> None:
+        try:
+            self._box["value"] = plain_torch_checksum(world_size)
+        except Exception as exc:  # reported by result()
+            self._box["error"] = exc
+
+    def result(self, timeout: float) -> float:
+        self._thread.join(timeout)
+        if "error" in self._box:
+            raise self._box["error"]  # type: ignore[misc]
+        if "value" not in self._box:
+            raise TimeoutError(f"the plain torch run took over {timeout:g} s")
+        return self._box["value"]  # type: ignore[return-value]
+
+
+@functools.cache
+def plain_torch_checksum(world_size: int) -> float:
+    """The DDP training's weight checksum as plain torch computes it here (gloo, no nbdist)."""
+    from .measure import plain_torch
+
+    code = next(code for _, code, key in STEPS if key == "ddp")
+    values = plain_torch.run(code, world_size, ("_nbdist_demo",))
+    checksums = {v["_nbdist_demo"][1] for v in values}
+    if len(checksums) != 1 or not all(v["_nbdist_demo"][2] for v in values):
+        raise RuntimeError(f"plain torch's own DDP replicas differ here: {values}")
+    return checksums.pop()
 
 
 GATHER = """\
@@ -136,6 +187,7 @@ def run(world_size: int = 2, port: int | None = None, out=sys.stdout, timeout: f
     print(f"nbdist demo: one notebook kernel runs %dist_init --spawn {world_size} ({where}): it starts "
           f"{world_size - 1} worker kernel(s) that follow it", file=out)
     started = time.perf_counter()
+    reference = _Reference(world_size)  # plain torch's DDP weights, computed beside the world
     (k,) = kernels.start(1)
     checks: list[Check] = []
     try:
@@ -160,7 +212,10 @@ def run(world_size: int = 2, port: int | None = None, out=sys.stdout, timeout: f
         if gathered.status != "ok":
             checks.append(Check("gather", -1, False, f"cell failed: {gathered.error and gathered.error['evalue']}"))
         else:
-            checks += _checks(ast.literal_eval(gathered.expression("v")), world_size)
+            print("=== the same DDP training in plain torch (gloo, no nbdist), to compare ===", file=out)
+            torch_says = reference.result(timeout)
+            print(f"plain torch: weight checksum {torch_says!r}\n", file=out)
+            checks += _checks(ast.literal_eval(gathered.expression("v")), world_size, torch_says)
     finally:
         k.shutdown()  # its workers stop with it
     print("=== expectations ===", file=out)
@@ -173,9 +228,10 @@ def run(world_size: int = 2, port: int | None = None, out=sys.stdout, timeout: f
     return 0 if ok else 1
 
 
-def _checks(values: list[dict[str, object]], world_size: int) -> list[Check]:
-    """Every rank's values against the walkthrough's expectations (and DDP's weights alike on all ranks)."""
-    expected = expectations(world_size)
+def _checks(values: list[dict[str, object]], world_size: int, ddp_checksum: float | None = None) -> list[Check]:
+    """Every rank's values against the walkthrough's expectations (and DDP's weights alike on all ranks, and
+    equal to ``ddp_checksum``, plain torch's, if given)."""
+    expected: dict[str, object] = {**expectations(world_size), "ddp": ddp_checksum}
     checks: list[Check] = []
     ddp: list[float] = []
     for step, _, key in STEPS:

@@ -85,3 +85,26 @@ def test_the_collectives_lesson_runs_driven_from_one_kernel_with_pictures_in_eve
     assert html.count('title="rank 0"') >= 2 and html.count('title="rank 1"') >= 2, html[:2000]
     assert "identical on all 2 ranks" in html
     assert "skipped" not in _outputs_text(cells["all-reduce"])  # gloo on torch 2.13 has every ReduceOp asked for
+
+
+@pytest.mark.timeout(300)
+def test_the_ddp_lesson_driven_from_one_kernel_gives_plain_torchs_weights_bit_for_bit(tmp_path: Path) -> None:
+    from nbdist.measure import plain_torch
+
+    from .conftest import free_port
+
+    nb = nbformat.read(COURSE / "3_ddp.ipynb", as_version=4)
+    cells = {c.id: c for c in nb.cells if c.cell_type == "code"}
+    cells["dist-init"].source = f"%%dist_init --master-port {free_port()}"
+    exact = "sum(p.detach().double().sum().item() for p in model.parameters())"
+    at = nb.cells.index(cells["steps-check"]) + 1
+    nb.cells.insert(at, nbformat.v4.new_code_cell(f"%%collective\n{exact}", id="exact"))
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert "bit for bit" in _outputs_text(cells["steps-check"]), _outputs_text(cells["steps-check"])
+    shown = "".join(o.get("data", {}).get("text/plain", "") for o in nb.cells[at].outputs)
+    assert "all 2 ranks (identical)" in shown, shown
+    checksum = float(shown.rsplit("Out: ", 1)[1].split()[0])
+    # The same cells in plain torch (two gloo processes, no nbdist), in this environment.
+    body = "\n".join(cells[c].source.split("\n", 1)[1] for c in ("model", "grads", "steps"))
+    (mine, other) = plain_torch.run("import nbdist\n" + body + f"\n_exact = {exact}\n", 2, ("_exact",))
+    assert mine["_exact"] == other["_exact"] == checksum, (mine, other, checksum)

@@ -13,6 +13,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from nbdist.demo import plain_torch_checksum
+
 from .conftest import free_port, wait_gone
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "two_notebooks"
@@ -106,6 +108,17 @@ def _sections(table: str) -> dict[str, str]:
     return {heading: body for heading, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
+# The DDP cell's Out: plain torch's checksum (computed here, in the same environment) and equal weights everywhere.
+DDP_OUT = r"\{'epochs': 5, 'weight checksum': (-?\d+\.\d+(?:e-?\d+)?), 'same weights': True\}"
+
+
+def _ddp_checksum(table: str) -> float:
+    """The weight checksum the DDP cell's table shows (one Out for all ranks, checked by _check_table)."""
+    match = re.search(r"^Out: " + DDP_OUT + "$", table, re.M)
+    assert match, table
+    return float(match[1])
+
+
 def _check_table(table: str, world_size: int, own_line: str, out: str) -> None:
     """Every rank has a column with its own printed line; the Out row (a regex) is one value for all ranks."""
     sections = _sections(table)
@@ -129,7 +142,8 @@ def test_both_notebooks_run_as_one_world(tmp_path: Path) -> None:
         _check_table(_table(_cell(nb, "allgather")), 2, "[Rank {rank}] AllGather result: [0.0, 10.0]",
                      re.escape("[0.0, 10.0]"))
         ddp = _table(_cell(nb, "ddp"))
-        _check_table(ddp, 2, "[Rank {rank}] Epoch 5/5, Loss: ", r"\{'epochs': 5, 'weight checksum': -?\d+\.\d+\}")
+        _check_table(ddp, 2, "[Rank {rank}] Epoch 5/5, Loss: ", DDP_OUT)
+        assert _ddp_checksum(ddp) == plain_torch_checksum(2), ddp
         status = "".join(o.get("data", {}).get("text/plain", "") for o in _cell(nb, "status").outputs)
         assert status.startswith("nbdist status"), status
         destroyed = "".join(o.get("text", "") for o in _cell(nb, "destroy").outputs)
@@ -164,8 +178,9 @@ def test_the_one_notebook_walkthrough_runs_both_ranks_and_leaves_no_worker(tmp_p
     _check_table(_table(_cell(nb, "allreduce")), 2, "[Rank {rank}] AllReduce result: 1.0", r"1\.0")
     _check_table(_table(_cell(nb, "allgather")), 2, "[Rank {rank}] AllGather result: [0.0, 10.0]",
                  re.escape("[0.0, 10.0]"))
-    _check_table(_table(_cell(nb, "ddp")), 2, "[Rank {rank}] Epoch 5/5, Loss: ",
-                 r"\{'epochs': 5, 'weight checksum': -?\d+\.\d+\}")
+    ddp = _table(_cell(nb, "ddp"))
+    _check_table(ddp, 2, "[Rank {rank}] Epoch 5/5, Loss: ", DDP_OUT)
+    assert _ddp_checksum(ddp) == plain_torch_checksum(2), ddp
     workers = "".join(o.get("data", {}).get("text/plain", "") for o in _cell(nb, "workers").outputs)
     assert "rank 1" in workers and "pid:" in workers, workers
     pid = int(re.search(r"pid: (\d+)", workers)[1])

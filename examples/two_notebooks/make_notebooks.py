@@ -32,7 +32,7 @@ MASTER_PORT = 29500
 # in a notebook that value is simply the cell's last expression, shown in the ``Out`` row.
 _BOOKKEEPING = re.compile(r"^_nbdist_demo = (?P<expr>.+)$")
 # Where a step's checked value reads poorly as an Out, a clearer expression of the same facts.
-_OUT = {"ddp": '{"epochs": len(losses), "weight checksum": round(checksum, 6)}'}
+_OUT = {"ddp": '{"epochs": len(losses), "weight checksum": checksum, "same weights": identical}'}
 
 _EXPECT = {
     "allreduce": """\
@@ -57,8 +57,9 @@ rank order, so **both ranks get `[0.0, 10.0]`**.""",
 A small model (two linear layers, about 8.4 million parameters) wrapped in
 `DistributedDataParallel`, trained for **5 epochs** on random data. Each rank draws its own data,
 so the per-rank losses differ; DDP averages the gradients over the ranks at every `backward()`,
-so the weights stay the same everywhere: the `Out` row (epochs run and a checksum of all weights)
-is **identical on all 2 ranks**. On a CPU this cell takes a few seconds.""",
+so the weights stay the same everywhere, bit for bit: the cell gathers every rank's weights and
+compares them element by element (`torch.equal`), and the `Out` row (epochs run, a checksum of all
+weights, and that comparison) is **identical on all 2 ranks**. On a CPU this cell takes a few seconds.""",
 }
 
 
