@@ -1,0 +1,350 @@
+"""Soak: random faults and stop presses between normal cells, in every mode; the world must stay in step.
+
+Modes (each on a world of its own, real kernels through jupyter_client, gloo on loopback):
+
+- ``lockstep2``, ``lockstep4``: one kernel per rank, every cell run in every kernel;
+- ``driven``: one kernel that ran ``%dist_init --spawn 3`` (two worker kernels follow it);
+- ``plain``: two kernels running plain cells that call collectives (no ``%%collective``);
+- ``presses``: the acceptance check: the stop button at a random moment on a random rank, during
+  loops of ``all_reduce`` in ``%%collective`` cells on two ranks.
+
+Faults, drawn at random: a rank raises before its collective, shapes differ, a rank skips the
+collective, the ranks run different cells, the stop button at a random moment on a random rank
+(the driver, in a driven world), ``--max-time``, and a stop of every rank (what ``%dist_stop``
+sends). After each fault (each press: every ``--check-every`` presses) a normal cell runs on
+every rank and must succeed with every rank's output in every table. Counted: hangs (a cell that
+did not end within its deadline), worlds out of step (a normal cell after a fault that failed),
+outputs lost (a rank's line missing from a table), and the time from a fault to the end of its
+cell on the last rank (a press: the time from the press).
+
+    python benchmarks/soak.py --short            # what CI runs (tests/test_soak.py), about 3 minutes
+    python benchmarks/soak.py --seeds 1 2 3      # the long version: 3 x 200 presses, 150 faults per mode
+
+Prints a table and, with ``--json FILE``, writes the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import random
+import signal
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from nbdist.drive import kernels  # noqa: E402
+from nbdist.world import netinfo  # noqa: E402
+
+STOP_WITHIN = 2.0  # seconds the stop button may take to end the cell on every rank
+FAULT_DEADLINE = 60.0  # seconds a fault's cell may take to end on every rank (a hang, past it)
+NORMAL_DEADLINE = 60.0
+SESSION = "get_ipython().magics_manager.registry['DistMagics'].session"
+LOOP = ("%%collective --timeout 60\nimport time\nfor _ in range(2000):\n    t = torch.ones(1)\n"
+        "    dist.all_reduce(t)\n    time.sleep(0.002)\n")
+PLAIN_LOOP = LOOP.split("\n", 1)[1]  # the same loop in a plain cell
+
+
+@dataclass
+class Figures:
+    """What one mode's soak found."""
+
+    mode: str
+    faults: int = 0
+    hangs: int = 0
+    out_of_step: int = 0
+    lost: int = 0
+    normal_cells: int = 0
+    slow: int = 0  # stop presses whose cells took over STOP_WITHIN seconds to end on every rank
+    ended: list[float] = field(default_factory=list)  # seconds from a fault (press) to its cells' end
+    by_kind: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def row(self) -> dict[str, Any]:
+        ended = sorted(self.ended)
+        return {"mode": self.mode, "faults": self.faults, "hangs": self.hangs, "out_of_step": self.out_of_step,
+                "lost": self.lost, "slow_stops": self.slow, "normal_cells": self.normal_cells,
+                "median_end_s": round(statistics.median(ended), 3) if ended else None,
+                "p90_end_s": round(ended[int(0.9 * (len(ended) - 1))], 3) if ended else None,
+                "max_end_s": round(ended[-1], 3) if ended else None, "by_kind": self.by_kind,
+                "notes": self.notes[:10]}
+
+
+    def ended_from(self, cells: list[Cell], since: float, what: str, stop: bool) -> bool:
+        """Record how long the fault's cells took to end from ``since``; False if one never ended (a hang)."""
+        if not wait_all(cells, FAULT_DEADLINE + 5):
+            self.hangs += 1
+            self.notes.append(f"{what}: a cell never ended")
+            return False
+        self.ended.append(max(c.ended for c in cells) - since)
+        if stop and self.ended[-1] > STOP_WITHIN:
+            self.slow += 1
+            self.notes.append(f"{what}: {self.ended[-1]:.2f} s to end")
+        return True
+
+
+def free_port() -> int:
+    port = netinfo.first_free_port(random.randrange(20_000, 30_000) for _ in range(200))
+    if port is None:
+        raise RuntimeError("no free port in 20000-29999")
+    return port
+
+
+class Cell:
+    """One cell running in the background in one kernel: its result, or why it has none, and when it ended."""
+
+    def __init__(self, kernel: kernels.Kernel, code: str, deadline: float) -> None:
+        self.result: kernels.Result | None = None
+        self.error: BaseException | None = None
+        self.ended = 0.0
+
+        def run() -> None:
+            try:
+                self.result = kernel.execute(code, timeout=deadline)
+            except BaseException as exc:  # noqa: BLE001 (a timeout: the cell hung)
+                self.error = exc
+            self.ended = time.monotonic()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def join(self, seconds: float) -> bool:
+        self.thread.join(seconds)
+        return not self.thread.is_alive() and self.result is not None
+
+
+def run_all(ks: list[kernels.Kernel], codes: list[str], deadline: float) -> list[Cell]:
+    return [Cell(k, c, deadline) for k, c in zip(ks, codes, strict=True)]
+
+
+def wait_all(cells: list[Cell], deadline: float) -> bool:
+    """Whether every cell ended with a reply within ``deadline`` seconds from now."""
+    end = time.monotonic() + deadline
+    return all(c.join(max(0.1, end - time.monotonic())) for c in cells)
+
+
+class World:
+    """The kernels of one mode's world and how to run a cell on every rank of it."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.port = free_port()
+        n = {"lockstep2": 2, "lockstep4": 4, "driven": 1, "plain": 2, "presses": 2}[mode]
+        self.kernels = kernels.start(n)
+        self.ranks = 3 if mode == "driven" else n
+        self.checks = 0
+        for r in kernels.execute_all(self.kernels, "%load_ext nbdist", timeout=60):
+            assert r.status == "ok", r.error
+        self.token: str | None = None
+        if mode == "driven":
+            r = self.kernels[0].execute(f"%dist_init --spawn 3 --master-port {self.port}", timeout=180,
+                                        user_expressions={"t": f"{SESSION}.config.token"})
+            assert r.status == "ok", r.error
+            self.token = ast.literal_eval(r.expression("t"))  # read now: a busy kernel answers only after its cell
+        else:
+            lines = [f"%%dist_init --rank {i} --world-size {n} --master-addr 127.0.0.1 --master-port {self.port}"
+                     for i in range(n)]
+            for r in kernels.execute_all(self.kernels, lines, timeout=180):
+                assert r.status == "ok", r.error
+
+    def close(self) -> None:
+        for k in reversed(self.kernels):
+            k.shutdown()
+
+    def interrupt(self, which: int) -> None:
+        self.kernels[which].interrupt()
+
+    def normal(self, figures: Figures) -> bool:
+        """A normal cell on every rank: True if it ran everywhere with every rank's line in every table."""
+        self.checks += 1
+        mark = f"soak{self.checks}"
+        if self.mode == "plain":
+            code = (f"t = torch.ones(1)\ndist.all_reduce(t)\nprint('{mark}', RANK, int(t.item()))\n")
+        else:
+            code = (f"%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\n"
+                    f"print('{mark}', RANK, int(t.item()))\n")
+        cells = run_all(self.kernels, [code] * len(self.kernels), NORMAL_DEADLINE)
+        figures.normal_cells += 1
+        if not wait_all(cells, NORMAL_DEADLINE + 5):
+            figures.hangs += 1
+            figures.notes.append(f"normal cell {mark} hung")
+            return False
+        if any(c.result.status != "ok" for c in cells):
+            figures.out_of_step += 1
+            errors = [c.result.error for c in cells if c.result.status != "ok"]
+            figures.notes.append(f"normal cell {mark} failed after the fault: {errors[0]}")
+            return False
+        for i, c in enumerate(cells):
+            text = c.result.text()
+            # A %%collective's table holds every rank's line; a plain cell shows its own rank's only.
+            for rank in ([i] if self.mode == "plain" else range(self.ranks)):
+                if f"{mark} {rank} {self.ranks}" not in text:
+                    figures.lost += 1
+                    figures.notes.append(f"normal cell {mark}: rank {rank}'s line missing")
+        return True
+
+
+# --- faults ---------------------------------------------------------------------------------------------
+def _collective(body: str, flags: str = "--timeout 30") -> str:
+    return f"%%collective {flags}\n{body}"
+
+
+def fault_cells(kind: str, world: World, rng: random.Random) -> tuple[list[str], Callable[[], None] | None]:
+    """The cells of one fault for every kernel of ``world``, and what to do while they run (a press), if anything."""
+    n, who = world.ranks, rng.randrange(world.ranks)
+    same = len(world.kernels) == 1 or kind != "different"
+    if kind == "raise":
+        body = f"if RANK == {who}:\n    raise ValueError('soak')\nt = torch.ones(1)\ndist.all_reduce(t)\n"
+    elif kind == "shape":
+        body = f"t = torch.ones(2 if RANK == {who} else 3)\ndist.all_reduce(t)\n"
+    elif kind == "skip":
+        body = f"t = torch.ones(1)\nif RANK != {who}:\n    dist.all_reduce(t)\n"
+    elif kind == "different":
+        return [_collective(f"x = {i} + 1\n") for i in range(len(world.kernels))], None
+    elif kind == "max_time":
+        return [_collective(PLAIN_LOOP, "--timeout 30 --max-time 0.5")] * len(world.kernels), None
+    elif kind in ("stop", "dist_stop"):
+        delay = rng.uniform(0.05, 0.6)
+        target = 0 if world.mode == "driven" else rng.randrange(len(world.kernels))
+
+        def press() -> None:
+            time.sleep(delay)
+            if kind == "stop":
+                world.interrupt(target)
+            else:
+                stop_everyone(world)
+
+        return [LOOP] * len(world.kernels), press
+    else:
+        raise ValueError(kind)
+    assert same and n
+    return [_collective(body)] * len(world.kernels), None
+
+
+def stop_everyone(world: World) -> None:
+    """What %dist_stop and nbdist stop send: a stop of every rank's running cell."""
+    from nbdist.cell.guard import request_stop
+    from nbdist.world.store import connect
+    from nbdist.world.world import current_round
+
+    client = connect("127.0.0.1", world.port, token=world.token)
+    try:
+        request_stop(client, current_round(client), "the soak")
+    finally:
+        client.close()
+
+
+def plain_fault(kind: str, world: World, rng: random.Random, figures: Figures) -> None:
+    """Plain cells: the stop button in a loop of collectives; a rank that never joins, stopped after a moment."""
+    who = rng.randrange(2)
+    if kind == "stop":
+        cells = run_all(world.kernels, [PLAIN_LOOP] * 2, FAULT_DEADLINE)
+        time.sleep(rng.uniform(0.05, 0.6))
+        pressed = time.monotonic()
+        world.interrupt(who)
+    else:  # "skip": one rank runs a cell without the collective; the one that waits is stopped
+        codes = ["t = torch.ones(1)\ndist.all_reduce(t)\n", "x = 1\n"]
+        if who == 1:
+            codes.reverse()
+        cells = run_all(world.kernels, codes, FAULT_DEADLINE)
+        time.sleep(0.5)
+        pressed = time.monotonic()
+        world.interrupt(who)
+    figures.ended_from(cells, pressed, f"plain {kind}", stop=True)
+
+
+def soak_mode(mode: str, count: int, seed: int, check_every: int = 5) -> Figures:
+    """``count`` faults (presses) in a fresh world of ``mode``; returns what was found."""
+    rng = random.Random(seed)
+    figures = Figures(mode)
+    world = World(mode)
+    try:
+        if mode == "presses":
+            for press in range(count):
+                cells = run_all(world.kernels, [LOOP] * 2, FAULT_DEADLINE)
+                time.sleep(rng.uniform(0.05, 0.6))
+                pressed = time.monotonic()
+                world.interrupt(rng.randrange(2))
+                figures.faults += 1
+                if not figures.ended_from(cells, pressed, f"press {press}", stop=True):
+                    break
+                if (press + 1) % check_every == 0 and not world.normal(figures):
+                    break
+            return figures
+        kinds = (["stop", "skip"] if mode == "plain" else
+                 ["raise", "shape", "skip", "stop", "max_time", "dist_stop"] + (["different"] if mode != "driven"
+                                                                                 else []))
+        for _ in range(count):
+            kind = rng.choice(kinds)
+            figures.faults += 1
+            figures.by_kind[kind] = figures.by_kind.get(kind, 0) + 1
+            if mode == "plain":
+                plain_fault(kind, world, rng, figures)
+            else:
+                codes, during = fault_cells(kind, world, rng)
+                started = time.monotonic()
+                cells = run_all(world.kernels, codes, FAULT_DEADLINE)
+                if during is not None:
+                    during()
+                    started = time.monotonic()
+                if not figures.ended_from(cells, started, kind, stop=kind in ("stop", "dist_stop")):
+                    break
+            if not world.normal(figures):
+                if figures.hangs:
+                    break
+                if not world.normal(figures):  # a second failure in a row: the world is out of step for good
+                    figures.notes.append("two normal cells in a row failed: stopping this mode")
+                    break
+        return figures
+    finally:
+        world.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", nargs="+", default=["presses", "lockstep2", "lockstep4", "driven", "plain"])
+    parser.add_argument("--faults", type=int, default=150, help="faults per mode (default 150)")
+    parser.add_argument("--presses", type=int, default=200, help="stop presses per seed (default 200)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[335], help="seeds (default 335)")
+    parser.add_argument("--check-every", type=int, default=5, help="presses between normal cells (default 5)")
+    parser.add_argument("--short", action="store_true", help="CI's version: 30 presses, 8 faults per mode")
+    parser.add_argument("--json", default=None, metavar="FILE", help="write the figures here")
+    args = parser.parse_args(argv)
+    if args.short:
+        args.faults, args.presses, args.seeds = 8, 30, args.seeds[:1]
+    started = time.monotonic()
+    rows = []
+    for mode in args.modes:
+        for seed in (args.seeds if mode == "presses" else args.seeds[:1]):
+            f = soak_mode(mode, args.presses if mode == "presses" else args.faults, seed, args.check_every)
+            row = {**f.row(), "seed": seed}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    summary = {"rows": rows, "seconds": round(time.monotonic() - started, 1), "load": os.getloadavg()[0],
+               "date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores"}
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1))
+    print(f"{'mode':<10} {'seed':>5} {'faults':>6} {'hangs':>5} {'out of step':>11} {'lost':>4} {'slow stops':>10} "
+          f"{'median end':>10} {'p90 end':>8} {'max end':>8}")
+    for r in rows:
+        print(f"{r['mode']:<10} {r['seed']:>5} {r['faults']:>6} {r['hangs']:>5} {r['out_of_step']:>11} "
+              f"{r['lost']:>4} {r['slow_stops']:>10} {r['median_end_s']!s:>10} {r['p90_end_s']!s:>8} "
+              f"{r['max_end_s']!s:>8}")
+        for note in r["notes"]:
+            print(f"    {r['mode']}: {note}")
+    bad = any(r["hangs"] or r["out_of_step"] or r["lost"] or r["slow_stops"] for r in rows)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # kernels are shut down by soak_mode's finally
+    sys.exit(main())
