@@ -17,7 +17,7 @@ did not end within its deadline), worlds out of step (a normal cell after a faul
 outputs lost (a rank's line missing from a table), and the time from a fault to the end of its
 cell on the last rank (a press: the time from the press).
 
-    python benchmarks/soak.py --short            # what CI runs (tests/test_soak.py), about 3 minutes
+    python benchmarks/soak.py --short            # what CI runs (tests/test_soak.py), about a minute
     python benchmarks/soak.py --seeds 1 2 3      # the long version: 3 x 200 presses, 150 faults per mode
 
 Prints a table and, with ``--json FILE``, writes the figures.
@@ -316,11 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presses", type=int, default=200, help="stop presses per seed (default 200)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[335], help="seeds (default 335)")
     parser.add_argument("--check-every", type=int, default=5, help="presses between normal cells (default 5)")
-    parser.add_argument("--short", action="store_true", help="CI's version: 30 presses, 8 faults per mode")
+    parser.add_argument("--short", action="store_true", help="CI's version: 20 presses, 6 faults per mode")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the figures here")
     args = parser.parse_args(argv)
     if args.short:
-        args.faults, args.presses, args.seeds = 8, 30, args.seeds[:1]
+        args.faults, args.presses, args.seeds = 6, 20, args.seeds[:1]
     started = time.monotonic()
     rows = []
     for mode in args.modes:

@@ -164,6 +164,11 @@ SKIP = {
     r"python examples/what_you_see/make_trace_screenshot\.py": "needs Chromium, Playwright and JupyterLab (the lab "
                                                                "extra); it took examples/what_you_see/trace.png",
     r"python benchmarks/bench_vs_raw\.py(?: .*)?": "a benchmark of minutes; the script and its flags are checked",
+    r"python benchmarks/soak\.py(?: .*)?": "a soak of ten minutes (the long version): tests/test_soak.py runs its "
+                                          "--short version; the script and its flags are checked",
+    r"%%collective --timeout 5": "a fault-table row: tests/test_in_step.py::"
+                                 "test_a_rebuild_wait_keeps_the_cells_timeout_and_names_the_idle_rank_then_the_world_"
+                                 "works runs it",
     r"%dist_dashboard(?: --once| --stop)?": "a widget with a thread: tests/test_dashboard.py runs it in a "
                                             "two-kernel world, tests/test_browser.py in JupyterLab",
     r"python examples/what_you_see/make_browser_screenshots\.py(?: .*)?":

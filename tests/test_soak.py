@@ -1,8 +1,8 @@
 """The short soak (benchmarks/soak.py --short): random faults and stop presses in every mode, none left out of step.
 
-Modes: stop presses during loops of all_reduce (2 ranks), lockstep on 2 and 4 ranks, driven from one
-kernel (--spawn 3), and plain cells. The long version (3 seeds x 200 presses, 150 faults per mode) is
-run by hand; its figures are in the README's fault section.
+20 stop presses during loops of all_reduce (2 ranks), then 6 random faults in each mode: lockstep on 2
+and 4 ranks, driven from one kernel (--spawn 3), and plain cells. The long version (3 seeds x 200
+presses, 150 faults per mode) is run by hand; its figures are in the README's fault section.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ def test_the_short_soak_finds_no_hang_no_world_out_of_step_no_lost_output_and_no
     rows = json.loads(figures.read_text())["rows"]
     assert [r["mode"] for r in rows] == ["presses", "lockstep2", "lockstep4", "driven", "plain"]
     for r in rows:
-        expected = 30 if r["mode"] == "presses" else 8
+        expected = 20 if r["mode"] == "presses" else 6
         assert r["faults"] == expected, r
         assert (r["hangs"], r["out_of_step"], r["lost"], r["slow_stops"]) == (0, 0, 0, 0), r
-        assert r["normal_cells"] >= (6 if r["mode"] == "presses" else 8), r
+        assert r["normal_cells"] >= (4 if r["mode"] == "presses" else 6), r
     assert run.returncode == 0, run.stdout[-3000:]

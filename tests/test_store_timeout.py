@@ -24,7 +24,7 @@ from nbdist.world.store import OP_TIMEOUT
 
 from .conftest import init_line, run_in_background
 
-GAP = 15.0  # seconds between the ranks reaching group set-up: more than one store operation may take
+GAP = OP_TIMEOUT + 3.0  # seconds between the ranks reaching group set-up: more than one store operation may take
 ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()\n"
 # Unchecked, rank 0 waits inside gloo's all_reduce while rank 1 fails: nbdist must cut the group.
 FAIL_WHILE_WAITING = (
@@ -93,15 +93,15 @@ def one_rank_late(
 
 @pytest.mark.timeout(300)
 def test_after_a_failure_ranks_may_reach_the_rebuild_a_new_group_and_the_stores_waits_far_apart(start_kernels, port):
-    """Each step has one rank 15 s late: more than ``OP_TIMEOUT`` (10 s), the store client's limit for one
+    """Each step has one rank 13 s late: more than ``OP_TIMEOUT`` (10 s), the store client's limit for one
     operation, so no wait on the way may be bounded by that limit. One world, as the steps build on each other.
 
-    1. After a failure cut the group, rank 1 enters the ``%%collective`` that rebuilds it 15 s after rank 0:
+    1. After a failure cut the group, rank 1 enters the ``%%collective`` that rebuilds it 13 s after rank 0:
        rank 0 waits at the cell's start barrier (the cell's ``--timeout``), then both rebuild and all_reduce.
-    2. Plain cells make a gloo ``new_group`` and all_reduce on it, rank 1 arriving 15 s after rank 0: gloo
+    2. Plain cells make a gloo ``new_group`` and all_reduce on it, rank 1 arriving 13 s after rank 0: gloo
        connects the ranks at once through the rebuilt group's store (gloo bounds this wait itself, by the
        group's timeout, so this step alone would not catch a store with a short default).
-    3. Rank 1 ``get``s a key from the store torch was handed; rank 0 sets it 15 s later. This is what NCCL and
+    3. Rank 1 ``get``s a key from the store torch was handed; rank 0 sets it 13 s later. This is what NCCL and
        HCCL do when they set up a communicator at the first collective (rank 0 sets the unique id, the others
        ``store->get`` it with no timeout of their own), so the store's default decides: this passes only if
        that store waits as long as the process-group timeout, as a store torch made itself would.

