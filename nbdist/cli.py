@@ -1,4 +1,4 @@
-"""The ``nbdist`` command: ``demo``, ``run``, ``bench``, ``serve``, ``env``, ``doctor`` and ``stop``."""
+"""The ``nbdist`` command: ``demo``, ``run``, ``bench``, ``follow``, ``serve``, ``env``, ``doctor`` and ``stop``."""
 
 from __future__ import annotations
 
@@ -63,6 +63,23 @@ def _bench(args: argparse.Namespace) -> int:
         return 2
     line = shlex.join([part for flag, value in flags.items() if value is not None for part in (flag, value)])
     return benchcli.run(args.world_size, line, args.plot, args.master_port, sys.stdout, sys.stderr)
+
+
+def _follow(args: argparse.Namespace) -> int:
+    from .drive import headless
+
+    def make_session() -> object:
+        from IPython.core.interactiveshell import InteractiveShell
+
+        from .magics import registered
+
+        shell = InteractiveShell.instance()  # a plain shell runs the driver's cells, as a kernel would
+        shell.extension_manager.load_extension("nbdist")
+        magics = registered()
+        assert magics is not None
+        return magics.session
+
+    return headless.run(args, make_session)
 
 
 def _world_flags(parser: argparse.ArgumentParser) -> None:
@@ -183,6 +200,18 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--master-port", type=int, default=None, metavar="P",
                        help="rendezvous port (default 29500, or a free one when it is busy)")
     bench.set_defaults(func=_bench)
+    from .drive import headless
+
+    follow = sub.add_parser(
+        "follow", help="a headless follower: join a notebook's world and run every cell it drives, until released",
+        description="Join the world of a driving notebook as one rank and run every %%collective it runs, until it "
+                    "releases the world (%dist_release, %dist_destroy), with no Jupyter kernel: start it with srun, "
+                    "sbatch, torchrun, mpirun or ssh. Rank and world size come from the flags, else from the "
+                    "launcher plus --rank-offset; the device from the launcher's local rank. Prints one line per "
+                    "state change. Exits 0 when released, 1 when following failed (refused token, no master, "
+                    "refused cell, driver gone), 2 for bad arguments, 130 on Ctrl-C or SIGTERM.")
+    headless.add_arguments(follow)
+    follow.set_defaults(func=_follow)
     serve = sub.add_parser("serve", help="run a standalone rendezvous server")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")

@@ -199,23 +199,7 @@ def run(world_size: int = 2, port: int | None = None, out=sys.stdout, timeout: f
             return 1
         print(f"world of {world_size} formed in {time.perf_counter() - started:.1f} s, rendezvous "
               f"127.0.0.1:{ast.literal_eval(init.expression('p'))}\n", file=out)
-        for step, code, key in STEPS:
-            # The checked value is also the cell's last expression, so the table shows it as its Out row.
-            cell = f"%%collective\n{code}globals().setdefault('_nbdist_values', {{}})[{key!r}] = _nbdist_demo\n" \
-                   "_nbdist_demo\n"
-            result = k.execute(cell, timeout=timeout)
-            print(f"=== {step} (as the notebook shows it) ===", file=out)
-            print(result.text(), file=out)
-            if result.status != "ok":
-                checks.append(Check(step, -1, False, f"cell failed: {result.error and result.error['evalue']}"))
-        gathered = k.execute(GATHER, timeout=timeout, user_expressions={"v": "_nbdist_all"})
-        if gathered.status != "ok":
-            checks.append(Check("gather", -1, False, f"cell failed: {gathered.error and gathered.error['evalue']}"))
-        else:
-            print("=== the same DDP training in plain torch (gloo, no nbdist), to compare ===", file=out)
-            torch_says = reference.result(timeout)
-            print(f"plain torch: weight checksum {torch_says!r}\n", file=out)
-            checks += _checks(ast.literal_eval(gathered.expression("v")), world_size, torch_says)
+        checks = walk(k, world_size, out, timeout, reference)
     finally:
         k.shutdown()  # its workers stop with it
     print("=== expectations ===", file=out)
@@ -226,6 +210,32 @@ def run(world_size: int = 2, port: int | None = None, out=sys.stdout, timeout: f
     print(f"\nnbdist demo: {'all expectations hold' if ok else 'FAILED'} "
           f"({time.perf_counter() - started:.1f} s)", file=out)
     return 0 if ok else 1
+
+
+def walk(k: kernels.Kernel, world_size: int, out=sys.stdout, timeout: float = 300,
+         reference: _Reference | None = None) -> list[Check]:
+    """Run the walkthrough's cells in ``k``, a joined kernel that drives (or runs in lockstep with) the others;
+    returns every rank's checks, DDP's weights against plain torch's where ``reference`` computes them."""
+    checks: list[Check] = []
+    for step, code, key in STEPS:
+        # The checked value is also the cell's last expression, so the table shows it as its Out row.
+        cell = f"%%collective\n{code}globals().setdefault('_nbdist_values', {{}})[{key!r}] = _nbdist_demo\n" \
+               "_nbdist_demo\n"
+        result = k.execute(cell, timeout=timeout)
+        print(f"=== {step} (as the notebook shows it) ===", file=out)
+        print(result.text(), file=out)
+        if result.status != "ok":
+            checks.append(Check(step, -1, False, f"cell failed: {result.error and result.error['evalue']}"))
+    gathered = k.execute(GATHER, timeout=timeout, user_expressions={"v": "_nbdist_all"})
+    if gathered.status != "ok":
+        checks.append(Check("gather", -1, False, f"cell failed: {gathered.error and gathered.error['evalue']}"))
+        return checks
+    torch_says = None
+    if reference is not None:
+        print("=== the same DDP training in plain torch (gloo, no nbdist), to compare ===", file=out)
+        torch_says = reference.result(timeout)
+        print(f"plain torch: weight checksum {torch_says!r}\n", file=out)
+    return checks + _checks(ast.literal_eval(gathered.expression("v")), world_size, torch_says)
 
 
 def _checks(values: list[dict[str, object]], world_size: int, ddp_checksum: float | None = None) -> list[Check]:

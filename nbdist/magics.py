@@ -51,6 +51,9 @@ class DistMagics(Magics):
     @argument("--token", help="a shared secret every rank must present to join (else NBDIST_TOKEN)")
     @argument("--spawn", metavar="N", help="make this notebook rank 0 of N, with N-1 local worker kernels that "
                                            "follow it (master 127.0.0.1; port 29500, else a free one)")
+    @argument("--slurm", metavar="OPTIONS", help="with --spawn N: start the N-1 followers as one Slurm job of "
+                                                 "`nbdist follow` tasks, OPTIONS passed to sbatch (e.g. \"-N 2 -p "
+                                                 "npu\"); the master is --master-addr, an address the nodes reach")
     @line_cell_magic
     def dist_init(self, line: str, cell: str | None = None) -> None:
         """Join this notebook to a torch.distributed world as one rank.
@@ -113,27 +116,22 @@ class DistMagics(Magics):
             raise UsageError(str(exc)) from None
         cfg = replace(cfg, sources={**cfg.sources, **plan.sources})
         address = f"{cfg.master_addr}:{cfg.master_port}"
-        handle = display(Message(f"nbdist: starting {cfg.world_size - 1} worker kernel(s) for a world of "
-                                 f"{cfg.world_size} on {address}{plan.note}…"), display_id=True)
+        starting = (f"submitting a Slurm job of {cfg.world_size - 1} follower task(s)" if plan.slurm is not None
+                    else f"starting {cfg.world_size - 1} worker kernel(s)")
+        handle = display(Message(f"nbdist: {starting} for a world of {cfg.world_size} on {address}{plan.note}…"),
+                         display_id=True)
 
         def on_status(status: Any) -> None:
             handle.update(Message(status) if isinstance(status, str) else JoinStatus(status, address))
 
         try:
-            ranks = self.session.spawn(cfg, plan.worker_flags, on_status)
+            ranks = self.session.spawn(cfg, plan.followers(), on_status)
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
         self._joined(cfg, ranks, address)
 
     def _joined(self, cfg: Any, ranks: list[dict[str, Any]], address: str) -> None:
-        import torch
-        import torch.distributed as dist
-
-        ns = self.shell.user_ns
-        ns.setdefault("torch", torch)
-        ns.setdefault("dist", dist)
-        ns.update(RANK=cfg.rank, WORLD_SIZE=cfg.world_size, LOCAL_RANK=self.session.local_rank,
-                  DEVICE=self.session.device)
+        self.session.fill_namespace()
         spawned = " · this notebook drives its workers" if self.session.workers is not None else ""
         display(summary_table(
             f"nbdist world · {cfg.world_size} rank(s) · rendezvous {address} · this notebook is rank {cfg.rank}"
@@ -399,15 +397,25 @@ class DistMagics(Magics):
 
     @line_magic
     def dist_workers(self, line: str) -> None:
-        """Show this notebook's local worker kernels (%dist_init --spawn): pid, rank, device, state, last lines."""
+        """Show the followers this notebook started (%dist_init --spawn): rank, pid, state, device, last lines.
+
+        For --slurm: the job's id and state, and each rank's node.
+        """
         workers = self.session.workers
         if workers is None:
-            print("nbdist: this notebook started no workers (%dist_init --spawn N starts them)")
+            print("nbdist: this notebook started no workers (%dist_init --spawn N [--slurm OPTIONS] starts them)")
             return
         rows = workers.rows()
         ranks = self.session.world.ranks if self.session.world is not None else []
-        table = SideBySide(f"nbdist workers · {len(rows)} kernel(s) started by this notebook",
-                           [f"rank {r['rank']}" for r in rows], compare=False)
+        title = getattr(workers, "title", lambda: f"nbdist workers · {len(rows)} kernel(s) started by this notebook")
+        table = SideBySide(title(), [f"rank {r['rank']}" for r in rows], compare=False)
+        remote = [r for r in rows if r["pid"] is None and r["rank"] < len(ranks)]
+        alive = {row["rank"]: row["alive"] for row in self.session.status()} if remote else {}
+        for r in remote:  # a Slurm task: its node and pid are what it registered, its liveness its heartbeat
+            r.update(pid=ranks[r["rank"]].get("pid"), node=ranks[r["rank"]].get("host"), joined=True,
+                     alive=r["alive"] and alive.get(r["rank"], False))
+        if any("node" in r for r in rows):
+            table.add("node", [Cell(str(r.get("node", "not joined yet"))) for r in rows])
         table.add("pid", [Cell(str(r["pid"])) for r in rows])
         table.add("state", [Cell(_worker_state(r)) for r in rows])
         table.add("device", [Cell(str(ranks[r["rank"]].get("device", "")) if r["rank"] < len(ranks) else "")

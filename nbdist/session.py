@@ -23,6 +23,7 @@ from .cell.plain import PlainNet
 from .cell.stopper import Stopper
 from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig
 from .drive import follow
+from .drive.slurm import SlurmJob
 from .drive.workers import Workers
 from .errors import (
     CellMismatchError,
@@ -89,7 +90,8 @@ class Session:
         self.plain = PlainNet(self)  # the watcher of a plain cell that calls a collective
         self.drive = follow.Drive(self.id)  # driving followers (nbdist.drive.follow)
         self.following = False
-        self.workers: Workers | None = None  # local worker kernels (%dist_init --spawn)
+        self.process = "kernel"  # what runs this rank: a kernel, or "nbdist follow" (a process with no kernel)
+        self.workers: Workers | SlurmJob | None = None  # the followers of %dist_init --spawn
         self.cell_entered = False  # whether the running notebook cell's %%collective reached the protocol
         self.debug = debugmode.DebugMode()  # the world's %dist_debug switch, as applied here
         self.prestart = prestart.Window()  # the stop button just before or after a cell (installed at load)
@@ -156,6 +158,7 @@ class Session:
             "host": socket.gethostname(),
             "node": _node_id(),
             "pid": os.getpid(),
+            "process": self.process,
             "addr": addr,  # this rank's end of its route to the master (loopback: a tunnel or proxy)
             "addrs": netinfo.host_addresses(),
             "nbdist": __version__,
@@ -189,6 +192,19 @@ class Session:
             self.rebuild_process_group("join")
         self.world.note("joined")
         return self.world.ranks
+
+    def fill_namespace(self) -> None:
+        """After joining: ``torch``, ``dist`` (unless the notebook has its own), ``RANK``, ``WORLD_SIZE``,
+        ``LOCAL_RANK`` and ``DEVICE`` in the notebook's namespace."""
+        import torch
+        import torch.distributed as dist
+
+        assert self.config is not None
+        ns = self.shell.user_ns
+        ns.setdefault("torch", torch)
+        ns.setdefault("dist", dist)
+        ns.update(RANK=self.config.rank, WORLD_SIZE=self.config.world_size, LOCAL_RANK=self.local_rank,
+                  DEVICE=self.device)
 
     def _route_around_tunnel(self, cfg: WorldConfig) -> None:
         """Behind a tunnel or proxy to the master, advertise the interface that routes to the peers (backend.tunnel)."""
@@ -377,7 +393,7 @@ class Session:
         assert cfg is not None
         return signing.world_secret(cfg.token, cfg.master_addr, cfg.master_port, world.client.marker)
 
-    def follow(self, show: follow.Shows) -> str:
+    def follow(self, show: follow.Shows) -> follow.Ended:
         """%dist_follow: run the driving notebook's cells until it releases or leaves; returns why it ended."""
         world = self.require_world("%dist_follow")
         if self.drive.holding:
@@ -396,19 +412,20 @@ class Session:
             return False
         return self.drive.release(self.world, self.secret)
 
-    def spawn(self, cfg: WorldConfig, init_flags: str, on_status: Callable[[Any], None] | None = None
+    def spawn(self, cfg: WorldConfig, workers: Workers | SlurmJob, on_status: Callable[[Any], None] | None = None
               ) -> list[dict[str, Any]]:
-        """%dist_init --spawn: start the worker kernels (ranks 1..N-1), join as rank 0, and drive them."""
+        """%dist_init --spawn: start the followers (ranks 1..N-1: local worker kernels or a Slurm job), join as
+        rank 0, and drive them."""
         self.leave()
         assert cfg.token
-        workers = Workers(cfg.world_size, cfg.master_port, cfg.token, init_flags)
         workers.start()
         self.workers = workers
 
         def status(state: Any) -> None:
             workers.check()  # a worker that failed ends the wait at once, with its log
             if on_status is not None:
-                on_status(state)
+                note = getattr(workers, "note", None)
+                on_status({**state, "launcher": note()} if isinstance(state, dict) and note else state)
 
         try:
             ranks = self.init(cfg, status, keep_workers=True)

@@ -174,6 +174,19 @@ SKIP = {
     r"python examples/what_you_see/make_browser_screenshots\.py(?: .*)?":
         "needs Chromium, Playwright and JupyterLab; it runs tests/test_browser.py and took the committed PNGs",
     r'python -m pytest -m "not browser"': "the suite itself, less the browser file: .ci/run runs all of it",
+    r"(?:python -m )?nbdist follow(?: .*)?": "a follower that a launcher starts: tests/test_follow_command.py::"
+                                             "test_torchrun_starts_two_followers_that_a_notebook_drives_until_it_"
+                                             "releases_them runs it under torchrun, and tests/test_slurm.py as "
+                                             "Slurm tasks",
+    r"%dist_init --spawn (?:\d+|N) --slurm .*": "needs a Slurm cluster: tests/test_slurm.py::test_a_slurm_job_of_"
+                                                "followers_runs_the_walkthrough_and_is_cancelled_when_a_killed_task_"
+                                                "ends_the_world runs it on two nodes in network namespaces",
+    r"%dist_init --rank 0 --world-size N --master-addr ADDR --token T":
+        "the driving notebook of the launcher recipes: tests/test_follow_command.py::test_follow_exits_non_zero_"
+        "with_one_line_for_each_cause runs it with a follower started by hand",
+    r"export NBDIST_MASTER_ADDR=.*": "the recipes' variables, for a shell on the nodes: tests/test_slurm.py's "
+                                     "tasks get them from sbatch; their use is unit-tested in tests/drive",
+    r"ssh node2 .*": "needs a second machine that runs sshd: the follower's flags are checked",
     r"%%px": "ipyparallel's magic, named for comparison: not nbdist's",
     r"%%distributed": "nbdistributed's magic, named for comparison: not nbdist's",
 }
@@ -742,7 +755,8 @@ def magic_problems(items: list[Item]) -> list[str]:
                 problems.append(f"{item}: there is no extension {args.split()[0]}")
             continue
         parser, args = magic_parser(name), fill(args or "")
-        unknown = set(_FLAG.findall(args)) - options(parser)
+        unquoted = re.sub(r"\"[^\"]*\"|'[^']*'", "''", args)  # a quoted value (--slurm "-N 2") holds no flags
+        unknown = set(_FLAG.findall(unquoted)) - options(parser)
         if unknown:
             problems.append(f"{item}: {prefix}{name} takes no {', '.join(sorted(unknown))}")
         elif args and parser is None:

@@ -1,8 +1,10 @@
 """Driving: one notebook runs the cells of other ranks.
 
-Owns driving and following (``follow``), what ``--spawn N`` means (``spawn``),
-local worker kernels (``workers``), local kernels through jupyter_client
-(``kernels``) and ``nbdist run`` (``runner``).
+Owns driving and following (``follow``), the follower with no kernel
+(``headless``, ``nbdist follow``), the launchers' rank variables
+(``launchers``), what ``--spawn N`` means (``spawn``), local worker kernels
+(``workers``), followers as one Slurm job (``slurm``), local kernels through jupyter_client (``kernels``) and
+``nbdist run`` (``runner``).
 
 May import: the shared base, ``nbdist.world``, ``nbdist.backend``,
 ``nbdist.view`` and ``nbdist.cell``.

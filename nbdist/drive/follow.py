@@ -38,7 +38,22 @@ DRIVER_CHECK = 1.0  # seconds between a follower's looks at whether its driver l
 
 
 class FollowEnded(Exception):
-    """Following ended for a reason that is not an error (the driver released or left)."""
+    """Following ended for a reason that is not an error of this rank: the driver released, left, or is gone."""
+
+    def __init__(self, why: str, released: bool = True) -> None:
+        super().__init__(why)
+        self.released = released
+
+
+@dataclass
+class Ended:
+    """Why following ended; ``released``: the driver released the world or left it (not a failure)."""
+
+    why: str
+    released: bool
+
+    def __str__(self) -> str:
+        return self.why
 
 
 def followers(world: World) -> int:
@@ -255,7 +270,7 @@ class Follower:
         self._next_driver_check = now + DRIVER_CHECK
         claim = holder(self.world)
         if claim is not None and not _alive(self.world, claim):
-            raise FollowEnded(f"the driving notebook, {self.world.describe(claim['rank'])}, is gone")
+            raise FollowEnded(f"the driving notebook, {self.world.describe(claim['rank'])}, is gone", released=False)
 
     def _refuse(self, cell: dict[str, Any], why: str) -> None:
         """Tell the driver, end the cell it may be waiting in, and raise here: nothing of the cell runs."""
@@ -303,7 +318,7 @@ class Shows:
     started: Callable[[], None] = lambda: None
 
 
-def run(session: Any, follower: Follower, show: Shows) -> str:
+def run(session: Any, follower: Follower, show: Shows) -> Ended:
     """Run every message of the driver until following ends; returns why it ended.
 
     Each cell's own error is shown and following goes on, as the driver goes on;
@@ -315,9 +330,9 @@ def run(session: Any, follower: Follower, show: Shows) -> str:
             try:
                 msg = follower.next()
             except FollowEnded as exc:
-                return str(exc)
+                return Ended(str(exc), exc.released)
             except _ENDS as exc:
-                return f"following ended: {exc}"
+                return Ended(f"following ended: {exc}", False)
             try:
                 if msg.kind == "barrier":
                     show.barrier(session.barrier(float(msg.flags.get("timeout", 300.0)), step=msg.number))
@@ -339,7 +354,7 @@ def run(session: Any, follower: Follower, show: Shows) -> str:
                 _show_partial(show, exc)
                 show.error(exc)
                 if isinstance(exc, _ENDS):
-                    return f"following ended: {exc}"
+                    return Ended(f"following ended: {exc}", False)
                 continue
             if shown is not None:
                 shown.join()

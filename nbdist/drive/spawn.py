@@ -1,9 +1,16 @@
-"""What ``%dist_init --spawn N`` means: this notebook as rank 0 of N on 127.0.0.1, and its workers' flags."""
+"""What ``%dist_init --spawn N`` means: this notebook as rank 0 of N, and who starts the others.
+
+On 127.0.0.1 with local worker kernels (:mod:`nbdist.drive.workers`), or, with
+``--slurm "OPTIONS"``, on an address the cluster's nodes reach, with one Slurm
+job of ``nbdist follow`` tasks (:mod:`nbdist.drive.slurm`).
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 import shlex
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +18,8 @@ from typing import Any
 from ..backend import envplan
 from ..config import DEFAULT_PORT, RUN_VARIABLE, ConfigError
 from ..world import netinfo
+from . import slurm
+from .workers import Workers
 
 MASTER = "127.0.0.1"
 FALLBACK_PORTS = (*range(DEFAULT_PORT + 1, DEFAULT_PORT + 100), *range(20000, 20100))
@@ -22,15 +31,24 @@ class Plan:
     worker_flags: str  # the workers' %dist_init flags beside --rank/--world-size/--master-*
     sources: dict[str, str] = field(default_factory=dict)
     note: str = ""  # shown while the workers start (a port other than the one asked for)
+    slurm: list[str] | None = None  # sbatch's options: the followers are one Slurm job, not local kernels
+
+    def followers(self) -> Workers | slurm.SlurmJob:
+        """What starts ranks 1..N-1 and stops them with the world (not started yet)."""
+        f = self.flags
+        if self.slurm is not None:
+            return slurm.SlurmJob(f["world_size"], f["master_addr"], f["master_port"], f["token"], self.worker_flags,
+                                  self.slurm)
+        return Workers(f["world_size"], f["master_port"], f["token"], self.worker_flags)
 
 
-def free_port() -> tuple[int, str]:
-    """29500 if nothing holds it on 127.0.0.1, else a free port below the ephemeral range; and a note saying so."""
-    if netinfo.first_free_port((DEFAULT_PORT,), MASTER) == DEFAULT_PORT:
+def free_port(addr: str = MASTER) -> tuple[int, str]:
+    """29500 if nothing holds it on ``addr``, else a free port below the ephemeral range; and a note saying so."""
+    if netinfo.first_free_port((DEFAULT_PORT,), addr) == DEFAULT_PORT:
         return DEFAULT_PORT, ""
-    port = netinfo.first_free_port(FALLBACK_PORTS, MASTER)
+    port = netinfo.first_free_port(FALLBACK_PORTS, addr)
     if port is None:
-        raise ConfigError("no free TCP port on 127.0.0.1 for the world: pass --master-port")
+        raise ConfigError(f"no free TCP port on {addr} for the world: pass --master-port")
     return port, f" (port {DEFAULT_PORT} is busy: using {port})"
 
 
@@ -54,23 +72,35 @@ def plan(args: Any, environ: Mapping[str, str]) -> Plan:
         raise ConfigError(f"--spawn takes the number of ranks, not {args.spawn!r}") from None
     if n < 2:
         raise ConfigError(f"--spawn N needs N >= 2 (this notebook and at least one worker), not {n}")
+    options = getattr(args, "slurm", None)
     given = [flag for flag, value in (("--rank", args.rank), ("--world-size", args.world_size),
-                                      ("--master-addr", args.master_addr)) if value is not None]
+                                      ("--master-addr", None if options is not None else args.master_addr))
+             if value is not None]
     if given:
-        raise ConfigError(f"--spawn {n} makes this notebook rank 0 of {n} on {MASTER}: leave out {', '.join(given)}")
+        where = "on an address the nodes reach" if options is not None else f"on {MASTER}"
+        raise ConfigError(f"--spawn {n} makes this notebook rank 0 of {n} {where}: leave out {', '.join(given)}")
     sources = {"rank": "--spawn", "world_size": "--spawn", "master_addr": "--spawn"}
+    addr, words = MASTER, None
+    if options is not None:
+        words = slurm.check_options(options)
+        missing = slurm.missing_commands()
+        if missing:
+            raise ConfigError(f"--slurm needs Slurm's {', '.join(slurm.COMMANDS)} commands on PATH; this machine "
+                              f"lacks {', '.join(missing)}")
+        addr = reachable_address(args.master_addr)
+        sources["master_addr"] = "--master-addr" if args.master_addr else "this host's name"
     note = ""
     if args.master_port is not None:
         port = args.master_port
     else:
-        port, note = free_port()
+        port, note = free_port(addr)
         sources["master_port"] = f"--spawn: {DEFAULT_PORT} is busy, so a free port" if note else "default"
     token = args.token or environ.get("NBDIST_TOKEN") or None
     if token is None:
         token = secrets.token_hex(16)  # the workers get it in their environment, never through the store
         sources["token"] = "--spawn, random"
     env = envplan.parse_overrides(args.env)
-    flags = {"rank": 0, "world_size": n, "master_addr": MASTER, "master_port": port, "backend": args.backend,
+    flags = {"rank": 0, "world_size": n, "master_addr": addr, "master_port": port, "backend": args.backend,
              "device": args.device, "timeout": args.timeout, "debug": args.debug, "pg_timeout": args.pg_timeout,
              "token": token, "env": env}
     worker = []
@@ -81,4 +111,27 @@ def plan(args: Any, environ: Mapping[str, str]) -> Plan:
         worker += ["--debug", args.debug]
     for key, value in env.items():
         worker += ["--env", f"{key}={value}"]
-    return Plan(flags, shlex.join(worker), sources, note)
+    return Plan(flags, shlex.join(worker), sources, note, words)
+
+
+def reachable_address(given: str | None) -> str:
+    """Where the nodes of a cluster reach this notebook: ``given``, else this host's name's address; never loopback.
+
+    Raises ConfigError naming --master-addr and this host's other addresses.
+    """
+    addr = given
+    if addr is None:
+        try:
+            addr = netinfo.resolve(socket.gethostname())
+        except OSError:
+            addr = "127.0.0.1"
+    try:
+        loopback = ipaddress.ip_address(netinfo.resolve(addr)).is_loopback
+    except (OSError, ValueError):
+        raise ConfigError(f"--master-addr {addr!r} does not resolve to an address") from None
+    if loopback:
+        others = ", ".join(netinfo.host_addresses()) or "none found"
+        said = f"--master-addr {addr} is" if given else f"this host's name ({socket.gethostname()}) resolves to {addr},"
+        raise ConfigError(f"--slurm: {said} a loopback address, which the other nodes cannot reach: pass --master-addr "
+                          f"with this machine's address on the cluster's network (its addresses: {others})")
+    return addr

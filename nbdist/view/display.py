@@ -206,6 +206,7 @@ class JoinStatus:
             state = f"{'world formed' if not s['missing'] else 'waiting for ranks'} at {self.address}"
         return [
             f"nbdist: {state} · {len(s['joined'])}/{s['world_size']} joined · {s['elapsed']:.0f} s elapsed",
+            *([s["launcher"]] if s.get("launcher") else []),  # who starts the missing ranks: a Slurm job's state
             f"joined: {joined or 'none yet'}",
             f"missing: {missing}",
         ]

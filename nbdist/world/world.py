@@ -64,6 +64,7 @@ class PeerTracker:
     """
 
     def __init__(self, ranks: list[dict[str, Any]], me: int) -> None:
+        self.ranks = ranks
         self._peers = {i: r["session"] for i, r in enumerate(ranks) if i != me}
         self._seen: dict[int, tuple[Any, float]] = {}
 
@@ -80,7 +81,8 @@ class PeerTracker:
             self._seen[i] = (n, since)
             state, seconds = judge(beat, now - since, DEAD_AFTER)
             if state == "gone":
-                gone.append((i, "is gone: its kernel exited or was killed"))
+                what = "its nbdist follow process" if self.ranks[i].get("process") == "nbdist follow" else "its kernel"
+                gone.append((i, f"is gone: {what} exited or was killed"))
             elif state == "dead":
                 gone.append((i, f"stopped responding: no heartbeat for {seconds:.0f} s (its kernel, host or "
                                 "network went away)"))
@@ -227,10 +229,14 @@ class World:
 
     def lost(self, dead: list[tuple[int, str]]) -> PeerLostError:
         who = "; ".join(f"{self.describe(i)} {why}" for i, why in dead)
-        return PeerLostError(
-            f"{who}. Once its notebook runs %load_ext nbdist and its %%dist_init again (after a restart, or when "
-            "the network is back), this notebook carries on at its next %%collective"
-        )
+        if all(self.ranks[i].get("process") == "nbdist follow" for i, _ in dead):
+            again = (f"Once a follower joins again as {'that rank' if len(dead) == 1 else 'those ranks'} (nbdist "
+                     f"follow --rank {dead[0][0]} ...), this notebook carries on at its next %%collective; %dist_init "
+                     "--spawn again forms a new world")
+        else:
+            again = ("Once its notebook runs %load_ext nbdist and its %%dist_init again (after a restart, or when "
+                     "the network is back), this notebook carries on at its next %%collective")
+        return PeerLostError(f"{who}. {again}")
 
     # --- barriers -----------------------------------------------------------
     def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None,
