@@ -264,3 +264,8 @@ def fresh_shared_kernel(request: pytest.FixtureRequest) -> Iterator[None]:
     baseline = request.getfixturevalue("kernel_baseline")
     yield
     restore_kernel_state(kernel, baseline, reload_nbdist=True)
+
+
+# One two-node Slurm cluster for the whole session, for every module that asks for it (tests/slurm.py imports
+# this module's helpers, so it comes last).
+from .slurm import slurm_cluster as slurm_cluster  # noqa: E402
