@@ -316,11 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presses", type=int, default=200, help="stop presses per seed (default 200)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[335], help="seeds (default 335)")
     parser.add_argument("--check-every", type=int, default=5, help="presses between normal cells (default 5)")
-    parser.add_argument("--short", action="store_true", help="CI's version: 20 presses, 6 faults per mode")
+    parser.add_argument("--short", action="store_true", help="CI's version: 12 presses, 4 faults per mode")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the figures here")
     args = parser.parse_args(argv)
     if args.short:
-        args.faults, args.presses, args.seeds = 6, 20, args.seeds[:1]
+        args.faults, args.presses, args.seeds = 4, 12, args.seeds[:1]
     started = time.monotonic()
     rows = []
     for mode in args.modes:

@@ -258,9 +258,10 @@ def test_a_token_is_required_when_the_world_has_one(start_kernels, port):
     ks = start_kernels(2)
     t0, box0 = run_in_background(ks[0], init_line(0, 2, port, "--token s3cret"))
     time.sleep(3)
-    r = ks[1].execute(init_line(1, 2, port, "--timeout 20"), timeout=60)
+    # A short --timeout: a refused token is otherwise tried again for 15 s (rank 0 may be restarting its server).
+    r = ks[1].execute(init_line(1, 2, port, "--timeout 4"), timeout=60)
     assert r.status == "error" and "needs a token" in r.error["evalue"]
-    r = ks[1].execute(init_line(1, 2, port, "--timeout 20 --token guess"), timeout=60)
+    r = ks[1].execute(init_line(1, 2, port, "--timeout 4 --token guess"), timeout=60)
     assert r.status == "error" and "wrong token" in r.error["evalue"]
     ks[1].execute("import os; os.environ['NBDIST_TOKEN'] = 's3cret'", timeout=30)
     r = ks[1].execute(init_line(1, 2, port), timeout=60)

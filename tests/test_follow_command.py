@@ -107,7 +107,7 @@ def test_follow_exits_non_zero_with_one_line_for_each_cause(driver):
     assert r.status == "ok", r.error
     assert driver.execute("%%collective\n1", timeout=60).status == "ok"
     intruder = _follow("--rank", "1", "--world-size", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-                       env=_env(NBDIST_TOKEN="not-the-token"))
+                       "--timeout", "3", env=_env(NBDIST_TOKEN="not-the-token"))
     code, out = _ended(intruder, 60)
     assert code == 1 and "failed: TokenError: " in out, out
     # The driving notebook dies: its follower says so and exits 1 (no task outlives its driver).

@@ -361,9 +361,10 @@ def test_the_magics_flags_count_as_code(world):
 @pytest.mark.timeout(180)
 def test_the_servers_rank_can_change_the_token(start_kernels, port):
     ks = start_kernels(2)
-    t0, box0 = run_in_background(ks[0], init_line(0, 2, port, "--token abc --timeout 20"))
+    t0, box0 = run_in_background(ks[0], init_line(0, 2, port, "--token abc --timeout 8"))
     time.sleep(2)
-    r1 = ks[1].execute(init_line(1, 2, port, "--token abd --timeout 20"), timeout=60)
+    # A short --timeout: a refused token is otherwise tried again for 15 s (rank 0 may be restarting its server).
+    r1 = ks[1].execute(init_line(1, 2, port, "--token abd --timeout 4"), timeout=60)
     assert r1.status == "error" and "wrong token" in r1.error["evalue"]
     t0.join(60)
     assert box0["r"].status == "error"  # rank 1 never joined

@@ -187,6 +187,9 @@ SKIP = {
     r"export NBDIST_MASTER_ADDR=.*": "the recipes' variables, for a shell on the nodes: tests/test_slurm.py's "
                                      "tasks get them from sbatch; their use is unit-tested in tests/drive",
     r"ssh node2 .*": "needs a second machine that runs sshd: the follower's flags are checked",
+    r"python benchmarks/cluster_start\.py(?: .*)?": "a benchmark of minutes on a Slurm of two network namespaces "
+                                                   "(root), with ipyparallel beside nbdist; the script and its flags "
+                                                   "are checked",
     r"%%px": "ipyparallel's magic, named for comparison: not nbdist's",
     r"%%distributed": "nbdistributed's magic, named for comparison: not nbdist's",
 }
