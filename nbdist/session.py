@@ -15,14 +15,13 @@ from typing import Any
 
 from ._version import __version__
 from .backend import backends, cpplog, debugmode, envplan, tunnel
-from .backend.environ import Applied
 from .backend.procgroup import ProcessGroup, destroy_default
 from .cell import capture, cells, prestart, progress
 from .cell.guard import Guard, request_stop
 from .cell.hooks import Collectives
-from .cell.plain import Announcement, PlainNet
+from .cell.plain import PlainNet
 from .cell.stopper import Stopper
-from .config import TIMEOUTS, WorldConfig
+from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig
 from .drive import follow
 from .drive.slurm import SlurmJob
 from .drive.workers import Workers
@@ -38,7 +37,7 @@ from .errors import (
 from .world import netinfo, reach, rendezvous, signing
 from .world.heartbeat import Heartbeat
 from .world.store import Server, StoreClient, connect, run_in_thread
-from .world.world import BarrierRefused, World
+from .world.world import BarrierRefused, World, step_name
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +75,8 @@ class Session:
         self.device: Any = None
         self.local_rank = 0
         self.env_plan: list[envplan.EnvVar] = []
-        self.applied = Applied()  # what nbdist put in os.environ, and what it replaced
+        self._applied: dict[str, str] = {}  # what nbdist itself put in os.environ
+        self._replaced: dict[str, str | None] = {}  # what those variables held before nbdist set them
         self.pg_timeout = envplan.PG_TIMEOUT
         self._early: set[str] = set()  # variables set at %load_ext; kept until the extension is unloaded
         self.npu_seen: dict[str, str | None] | None = None  # what torch_npu read once in this process, if known
@@ -107,7 +107,7 @@ class Session:
         usable, _, facts = backends.npu_status()
         self.notes = backends.guard_torch_import(facts)
         quiet, self.cpplog_note = cpplog.plan(self.environ_for_config(), sys.modules)
-        self.applied.set(quiet)  # torch's C++ log level, before torch reads it (only if the user did not set it)
+        self._setenv(quiet)  # torch's C++ log level, before torch reads it (only if the user did not set it)
         self._early.update(quiet)
         if self.cpplog_note:
             self.notes.append(self.cpplog_note)
@@ -118,7 +118,7 @@ class Session:
             return
         variables = envplan.early(self.environ_for_config(), facts)
         values = {v.key: v.value for v in variables if v.value is not None and v.source == "nbdist"}
-        self.applied.set(values)
+        self._setenv(values)
         self._early.update(values)
 
     def init(self, cfg: WorldConfig, on_status: Callable[[Any], None] | None = None,
@@ -221,7 +221,7 @@ class Session:
                 log.warning("nbdist: %s", note)  # shown at once: the process group may never form
             return
         self.env_plan = [chosen if v.key == chosen.key else v for v in self.env_plan]
-        self.applied.set({chosen.key: chosen.value})
+        self._setenv({chosen.key: chosen.value})
         mine = world.ranks[world.rank]
         mine.update(addr=addr, env=_env_lines(self.env_plan))
         world.client.set(world.key(f"rank/{world.rank}"), json.dumps(mine))  # for those who read it again
@@ -245,22 +245,51 @@ class Session:
         assert self.choice is not None
         self.env_plan = self.plan_for(cfg, self.choice.backend)
         self.pg_timeout = envplan.process_group_timeout(self.choice.backend, self.env_plan, cfg.pg_timeout)
-        self.applied.set({var.key: var.value for var in self.env_plan if var.value is not None})
+        self._setenv({var.key: var.value for var in self.env_plan if var.value is not None})
+
+    def _setenv(self, values: dict[str, str]) -> None:
+        """Set environment variables, remembering what they held, so that leaving puts them back."""
+        for key, value in values.items():
+            if key not in self._replaced:
+                self._replaced[key] = os.environ.get(key)
+            os.environ[key] = value
+            self._applied[key] = value
+
+    def _restore_environment(self, keep: set[str] | None = None) -> None:
+        """Put back what nbdist changed in os.environ, where the value is still nbdist's (but ``keep``)."""
+        keep = keep or set()
+        for key, old in list(self._replaced.items()):
+            if key in keep:
+                continue
+            if os.environ.get(key) == self._applied.get(key):  # else changed since by someone else: theirs
+                if old is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = old
+            del self._replaced[key]
+            self._applied.pop(key, None)
 
     def environ_for_config(self) -> dict[str, str]:
         """The environment as the user set it: values nbdist itself set are left out."""
-        return self.applied.users()
+        return {k: v for k, v in os.environ.items() if self._applied.get(k) != v}
 
     def _settle_devices(self) -> None:
         """Default devices follow the local rank: the index among ranks on the same host."""
         assert self.world is not None and self.choice is not None
-        mine = backends.settle_devices(self.world.ranks, self.world.rank)
+        seen: dict[str, int] = {}
+        for info in self.world.ranks:
+            local = seen.get(info["node"], 0)
+            seen[info["node"]] = local + 1
+            info["local_rank"] = local
+            if not info["device_chosen"] and ":" in info["device"]:
+                info["device"] = f"{info['device'].split(':')[0]}:{local}"
+        mine = self.world.ranks[self.world.rank]
         self.local_rank = mine["local_rank"]
         self.choice = backends.Choice(self.choice.backend, mine["device"], self.choice.reason)
         self.device = backends.activate(self.choice)
 
     def _set_environment(self, cfg: WorldConfig) -> None:
-        self.applied.set({
+        self._setenv({
             "RANK": str(cfg.rank),
             "WORLD_SIZE": str(cfg.world_size),
             "LOCAL_RANK": str(self.local_rank),
@@ -332,7 +361,7 @@ class Session:
             world.bump_generation(gen)  # our own group of this generation: tell the others
         n = world.turn()
         label = f"rebuilding the process group before this cell's collective (step #{n}: {why})"
-        announce = Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to rebuild "
+        announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to rebuild "
                                            f"the process group ({why})")
         try:
             world.meet(n, "rebuild", label, {}, TIMEOUTS["barrier"], on_tick=announce, working=world.busy_elsewhere,
@@ -519,7 +548,25 @@ class Session:
 
     def status(self) -> list[dict[str, Any]]:
         """Per-rank status: joined, alive, last activity, left."""
-        return self.require_world("%dist_status").status()
+        world = self.require_world("%dist_status")
+        rows = []
+        now = time.time()
+        for i, info in enumerate(world.ranks):
+            last = world.client.get_json_if(world.key(f"last/{i}")) or {}
+            beat = world.client.get_json_if(f"hb/{info['session']}")
+            left = world.client.check([world.key(f"left/{i}")])
+            age = None if beat is None else max(0.0, now - beat["t"])
+            rows.append({
+                **info,
+                "alive": beat is not None and age is not None and age < 5 * HEARTBEAT_INTERVAL and not beat.get("gone"),
+                "gone": bool(beat and beat.get("gone")),
+                "busy": float((beat or {}).get("busy") or 0.0),
+                "heartbeat_age": age,
+                "last": last.get("what", ""),
+                "last_age": None if not last else max(0.0, now - last["t"]),
+                "left": left,
+            })
+        return rows
 
     # --- leaving ------------------------------------------------------------
     def leave(self) -> None:
@@ -546,7 +593,7 @@ class Session:
         self.hooks.active, self.hooks.pg = None, None
         destroy_default()
         self.debug.restore()
-        self.applied.restore(keep=self._early)
+        self._restore_environment(keep=self._early)
         if self.watch_client is not None:
             self.watch_client.close()
             self.watch_client = None
@@ -588,7 +635,7 @@ class Session:
     def close(self) -> None:
         """Leave, and stop the server this kernel hosts; idempotent (teardown, unload, exit)."""
         self.leave()
-        self.applied.restore()
+        self._restore_environment()
         self._early.clear()
         self.hooks.uninstall()
         capture.unroute_streams()
@@ -598,3 +645,25 @@ class Session:
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+
+class _Announcement:
+    """A plain cell's wait at a step, said once in the cell after a moment: who it waits for, doing what."""
+
+    AFTER = 2.0  # seconds before a wait is worth a line
+
+    def __init__(self, world: World, step: int, what: str) -> None:
+        self.world, self.step, self.what = world, step, what
+        self.since = time.monotonic()
+        self.said = False
+
+    def __call__(self) -> None:
+        if self.said or time.monotonic() - self.since < self.AFTER:
+            return
+        self.said = True
+        name = f"{step_name(self.step)}/in"
+        waiting = [f"{self.world.describe(i)} ({self.world.doing(i)})" for i in range(self.world.world_size)
+                   if i != self.world.rank
+                   and (self.world.client.get_json_if(self.world.key(f"last/{i}")) or {}).get("barrier") != name]
+        print(f"{self.what}; waiting for {'; '.join(waiting) or 'the others'}. The stop button ends the wait.",
+              file=sys.stderr, flush=True)

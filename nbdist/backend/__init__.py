@@ -2,9 +2,8 @@
 
 Owns the choice of backend and device before torch is imported (``backends``,
 ``ascend``), environment plans (``envplan``, ``hcclports``, ``tunnel``,
-``cpplog``, ``debugmode``) and what of them this process has set
-(``environ``), building, judging and cutting process groups (``procgroup``)
-and ``nbdist doctor``'s checks (``doctor``).
+``cpplog``, ``debugmode``), building, judging and cutting process groups
+(``procgroup``) and ``nbdist doctor``'s checks (``doctor``).
 
 May import: the shared base (``errors``, ``config``) and ``nbdist.world``
 (the store, network facts). Nothing of cells, views or drivers.

@@ -14,7 +14,6 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import ConfigError
 from . import ascend
@@ -92,16 +91,3 @@ def activate(choice: Choice):
     elif dev.type == "cuda":
         torch.cuda.set_device(dev)
     return dev
-
-
-def settle_devices(ranks: list[dict[str, Any]], me: int) -> dict[str, Any]:
-    """Give every rank its local rank (its index among the ranks on its node) and, where no device was chosen,
-    that index as its device's; returns rank ``me``'s registration."""
-    seen: dict[str, int] = {}
-    for info in ranks:
-        local = seen.get(info["node"], 0)
-        seen[info["node"]] = local + 1
-        info["local_rank"] = local
-        if not info["device_chosen"] and ":" in info["device"]:
-            info["device"] = f"{info['device'].split(':')[0]}:{local}"
-    return ranks[me]

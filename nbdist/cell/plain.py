@@ -3,21 +3,17 @@
 At its first collective the cell gets a process group it can trust (rebuilt
 with every rank if it cannot, as at a %%collective's start) and a
 :class:`~nbdist.cell.watch.CellWatch`, so a lost or failed rank ends it instead of
-leaving it waiting; the watch ends with the cell. A wait at a step there is
-said in the cell after a moment (:class:`Announcement`).
+leaving it waiting; the watch ends with the cell.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
-import time
 from typing import Any
 
 from ..config import TIMEOUTS
 from ..errors import DriveError, StoreConnectionError
-from ..world.world import World, step_name
 from .fingerprint import Checker
 from .watch import CellWatch, plain_failures, publish_plain_failure
 
@@ -78,25 +74,3 @@ class PlainNet:
                 world.bump_generation(pg.gen)  # the others rebuild at their next cell that uses it, too
         except StoreConnectionError as exc:
             log.info("could not tell the others this plain cell ended: %s", exc)
-
-
-class Announcement:
-    """A plain cell's wait at a step, said once in the cell after a moment: who it waits for, doing what."""
-
-    AFTER = 2.0  # seconds before a wait is worth a line
-
-    def __init__(self, world: World, step: int, what: str) -> None:
-        self.world, self.step, self.what = world, step, what
-        self.since = time.monotonic()
-        self.said = False
-
-    def __call__(self) -> None:
-        if self.said or time.monotonic() - self.since < self.AFTER:
-            return
-        self.said = True
-        name = f"{step_name(self.step)}/in"
-        waiting = [f"{self.world.describe(i)} ({self.world.doing(i)})" for i in range(self.world.world_size)
-                   if i != self.world.rank
-                   and (self.world.client.get_json_if(self.world.key(f"last/{i}")) or {}).get("barrier") != name]
-        print(f"{self.what}; waiting for {'; '.join(waiting) or 'the others'}. The stop button ends the wait.",
-              file=sys.stderr, flush=True)

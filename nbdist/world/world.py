@@ -110,27 +110,6 @@ class World:
     def key(self, name: str) -> str:
         return f"r/{self.round}/{name}"
 
-    def status(self) -> list[dict[str, Any]]:
-        """Per-rank status, as this rank sees it now: joined, alive (heartbeat), last activity, left."""
-        rows = []
-        now = time.time()
-        for i, info in enumerate(self.ranks):
-            last = self.client.get_json_if(self.key(f"last/{i}")) or {}
-            beat = self.client.get_json_if(f"hb/{info['session']}")
-            left = self.client.check([self.key(f"left/{i}")])
-            age = None if beat is None else max(0.0, now - beat["t"])
-            rows.append({
-                **info,
-                "alive": beat is not None and age is not None and age < DEAD_AFTER and not beat.get("gone"),
-                "gone": bool(beat and beat.get("gone")),
-                "busy": float((beat or {}).get("busy") or 0.0),
-                "heartbeat_age": age,
-                "last": last.get("what", ""),
-                "last_age": None if not last else max(0.0, now - last["t"]),
-                "left": left,
-            })
-        return rows
-
     def describe(self, i: int) -> str:
         info = self.ranks[i] if i < len(self.ranks) else {}
         return f"rank {i} ({info.get('host', '?')}, pid {info.get('pid', '?')})"
