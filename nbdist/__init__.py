@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ._version import __version__
 
-__all__ = ["__version__", "get_device", "last_trace", "load_ipython_extension", "picture", "show",
+__all__ = ["__version__", "get_device", "last_trace", "load_ipython_extension", "picture", "rank_output", "show",
            "unload_ipython_extension"]
 
 
@@ -44,6 +44,13 @@ def show(tensor, label=None, owner=None, *, world_size=None) -> None:
     from .view.pictures import show
 
     show(tensor, label, owner, world_size=world_size)
+
+
+def rank_output(rank):
+    """Rank ``rank``'s whole column of the last ``%%collective`` table this notebook showed (a table to display)."""
+    from .magics import rank_output as column
+
+    return column(rank)
 
 
 def last_trace() -> list[dict]:

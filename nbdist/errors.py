@@ -72,6 +72,10 @@ class CollectiveError(NbdistError, RuntimeError):
         return (type(self), (str(self), self.traceback_text))
 
 
+class SkippedRanksError(CollectiveError):
+    """A collective in a %%collective --ranks cell would wait for ranks that skip the cell, so it was not started."""
+
+
 class PeerLostError(NbdistError, ConnectionError):
     """A rank stopped responding (no heartbeat): its kernel died, hung hard, or its network went away."""
 
@@ -115,5 +119,5 @@ class MaxTimeError(StopRequest):
 def by_name(name: str) -> type[NbdistError] | type[StopRequest] | None:
     """The nbdist error class of that name that a cell on another rank can raise with the same message."""
     classes = (CollectiveMismatchError, CellMismatchError, PeerFailedError, PeerLostError, StoreConnectionError,
-               WaitTimeout, WorldChangedError, StoppedError, MaxTimeError)
+               WaitTimeout, WorldChangedError, StoppedError, MaxTimeError, SkippedRanksError)
     return next((c for c in classes if c.__name__ == name), None)

@@ -21,6 +21,9 @@ from .session import Session
 from .view.display import Cell, JoinStatus, Message, SideBySide, Source, summary_table
 
 _NAME = "DistMagics"
+VIEWS = ("ranks", "groups")  # how a cell's table is drawn (%%collective --view, %dist_config view=)
+_VIEW_WORDS = {"ranks": "a column per rank", "groups": "a column per group of alike ranks",
+               None: "groups past 4 ranks or when the columns would be too wide, else a column per rank"}
 
 
 @magics_class
@@ -31,6 +34,7 @@ class DistMagics(Magics):
         super().__init__(shell)
         self.session = Session(shell)
         self.last_trace: list[dict[str, Any]] = []  # the calls of the last --trace cell (nbdist.last_trace())
+        self.last_outcome: cells.Outcome | None = None  # the last cell's table shown here (nbdist.rank_output())
 
     @magic_arguments()
     @argument("--rank", help="this notebook's rank, 0..N-1 (else RANK)")
@@ -155,6 +159,12 @@ class DistMagics(Magics):
     @argument("--trace", action="store_true",
               help="draw below the table when each collective entered and left on every rank, and who was late "
                    "(the calls: nbdist.last_trace())")
+    @argument("--ranks", metavar="RANKS", help="run the body only on these ranks, e.g. 0-3,5; the others skip it "
+                                               "and wait (default: every rank)")
+    @argument("--view", choices=VIEWS, help="draw the table with a column per rank, or per group of ranks whose "
+                                            "output is alike (default: %%dist_config view=, else groups past 4 "
+                                            "ranks or when the columns would be too wide)")
+    @argument("--show", metavar="RANKS", help="show only these ranks' columns, e.g. 0-3 (every rank still runs)")
     @cell_magic
     def collective(self, line: str, cell: str) -> None:
         """Run this cell on every rank in lockstep; show every rank's output side by side.
@@ -172,12 +182,18 @@ class DistMagics(Magics):
         the stop button, a rank that is gone, %dist_stop) ends the cell on every
         rank, after the table is shown. The process group is kept unless a
         collective was waiting on it; then the next cell that uses it rebuilds it.
+        With --ranks 0-3 only those ranks run the body (the others skip it and
+        wait), and a collective that would wait for a skipped rank is refused:
+        use a group made with dist.new_group in a cell every rank runs.
         """
         args = parse_argstring(self.collective, line)
         flags = cells.Flags(_seconds("--timeout", args.timeout), check=not args.no_check,
                             same_code=not args.allow_different,
                             max_time=None if args.max_time is None else _seconds("--max-time", args.max_time),
-                            live=not args.no_live, trace=args.trace)
+                            live=not args.no_live, trace=args.trace,
+                            ranks=cells.rank_set(args.ranks, getattr(self.session.world, "world_size", None)),
+                            view=args.view,
+                            show=cells.rank_set(args.show, getattr(self.session.world, "world_size", None), "--show"))
         world = self.session.world
         try:
             outcome = self.session.collective(cell, flags)
@@ -197,8 +213,31 @@ class DistMagics(Magics):
         if world is None:
             return
         calls = outcome_view.show(world, outcome)
+        self.last_outcome = outcome
         if calls is not None:
             self.last_trace = calls
+
+    @magic_arguments()
+    @argument("setting", nargs="*", metavar="view=ranks|groups|auto",
+              help="how this notebook draws tables; absent: show the settings")
+    @line_magic
+    def dist_config(self, line: str) -> None:
+        """Show or set how this notebook shows the world: ``%dist_config view=ranks|groups|auto``.
+
+        view: ranks draws a column per rank; groups a column per group of ranks
+        whose output is alike (numbers that differ are summarised); auto (the
+        default) groups past 4 ranks, or when the columns would be too wide.
+        A cell's own ``%%collective --view`` wins for that cell. Without an
+        argument, shows the settings.
+        """
+        for word in parse_argstring(self.dist_config, line).setting:
+            key, eq, value = word.partition("=")
+            if key != "view" or not eq:
+                raise UsageError(f"%dist_config: unknown setting {word!r}; the setting is view=ranks|groups|auto")
+            if value not in (*VIEWS, "auto"):
+                raise UsageError(f"%dist_config: view={value!r}: choose ranks, groups or auto")
+            self.session.view = None if value == "auto" else value
+        print(f"nbdist: view={self.session.view or 'auto'} (tables: {_VIEW_WORDS[self.session.view]})")
 
     @magic_arguments()
     @argument("--backend", default=None, help="gloo, nccl or hccl (default: this world's, else auto)")
@@ -408,7 +447,8 @@ class DistMagics(Magics):
         rows = workers.rows()
         ranks = self.session.world.ranks if self.session.world is not None else []
         title = getattr(workers, "title", lambda: f"nbdist workers · {len(rows)} kernel(s) started by this notebook")
-        table = SideBySide(title(), [f"rank {r['rank']}" for r in rows], compare=False)
+        table = SideBySide(title(), [f"rank {r['rank']}" for r in rows], compare=False,
+                           ranks=[r["rank"] for r in rows], world_size=len(ranks) or None)
         remote = [r for r in rows if r["pid"] is None and r["rank"] < len(ranks)]
         alive = {row["rank"]: row["alive"] for row in self.session.status()} if remote else {}
         for r in remote:  # a Slurm task: its node and pid are what it registered, its liveness its heartbeat
@@ -532,6 +572,18 @@ def _last(row: dict[str, Any]) -> str:
     if not row["last"]:
         return ""
     return f"{row['last']} ({row['last_age']:.0f} s ago)"
+
+
+def rank_output(rank: int) -> Any:
+    """Rank ``rank``'s whole column of the last %%collective table shown in this notebook."""
+    magics = registered()
+    outcome = magics.last_outcome if magics is not None else None
+    world = magics.session.world if magics is not None else None
+    if outcome is None or world is None:
+        raise UsageError("nbdist.rank_output: this notebook has shown no %%collective table yet")
+    if not 0 <= rank < world.world_size:
+        raise UsageError(f"nbdist.rank_output: rank {rank} is not in this world (ranks 0-{world.world_size - 1})")
+    return outcome_view.final_table(world, replace(outcome, view="ranks", show=(rank,)))
 
 
 def registered() -> DistMagics | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -96,6 +97,7 @@ class Session:
         self.debug = debugmode.DebugMode()  # the world's %dist_debug switch, as applied here
         self.prestart = prestart.Window()  # the stop button just before or after a cell (installed at load)
         self.stop_pressed = False  # pressed in the gap just before this cell began: a %%collective stops at once
+        self.view: str | None = None  # %dist_config view=: how this notebook draws tables (None: by the ranks)
 
     # --- joining ------------------------------------------------------------
     def prepare(self) -> None:
@@ -474,6 +476,7 @@ class Session:
                 step = align[1]  # the driver's step, which it runs too
                 if self.guard is not None:
                     self.guard.new_cell()  # a stop sent during the driver's last cell is not for this one
+            flags = dataclasses.replace(flags, view=flags.view or self.view)  # the cell's own, else this notebook's
             return cells.run(world, self.shell, source, flags, self.watch_client, self.hooks.params,
                              activate=self._activate, rebuild=self.rebuild_process_group, step=step,
                              state=self.group_state(world, gen), entered=self._entered, stopper=self.stopper,

@@ -10,7 +10,10 @@
 3. Rebuild the process group if told to (every rank at the same point).
 4. Run the body with a :class:`~nbdist.cell.watch.CellWatch` beside it, its
    collectives checked (:mod:`nbdist.cell.fingerprint`), and its table published
-   live (:mod:`nbdist.cell.live`) once it has run for 0.5 s.
+   live (:mod:`nbdist.cell.live`) once it has run for 0.5 s. A rank outside the
+   cell's ``--ranks`` skips the body: its capture is one note, and it goes on
+   to step 5 at once (the checker refuses a member's collective that would wait
+   for such a rank).
 5. Publish the capture, this rank's process-group state and any failure;
    meet again (barrier "out", which waits without limit for a rank still
    running the body while it lives, up to ``--max-time``); read everyone's
@@ -24,6 +27,7 @@ import difflib
 import hashlib
 import json
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -36,6 +40,7 @@ from ..errors import (
     CellMismatchError,
     CollectiveError,
     CollectiveMismatchError,
+    ConfigError,
     MaxTimeError,
     NbdistError,
     PeerFailedError,
@@ -43,13 +48,13 @@ from ..errors import (
     StoreConnectionError,
     WaitTimeout,
 )
-from ..view import trace
+from ..view import ranksets, trace
 from ..view.shrink import fit
 from ..world.store import StoreClient
 from ..world.world import BarrierRefused, World, step_name
 from . import capture, history
 from .fingerprint import CUT_SIGNS, Checker, at_work, differences, raise_if_failed
-from .live import LiveTable
+from .live import LiveTable, cell_line, where
 from .outputlog import OutputLog
 from .stopper import Stopper
 from .watch import CellWatch, publish_failure
@@ -73,10 +78,13 @@ class Outcome:
     holders: list[str] = field(default_factory=list)  # names that hold the old group
     live_id: str | None = None  # the display id of the live table, which the final table replaces
     mismatch: str | None = None  # collectives that ran but did not match across ranks (seen after the body)
+    view: str | None = None  # how the table is drawn: "ranks", "groups" or None (by the number of ranks)
+    show: tuple[int, ...] | None = None  # the ranks whose columns the table shows (None: every rank's)
 
 
 def _flags_text(flags: dict[str, Any]) -> str:
-    words = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v:g}") for k, v in sorted(flags.items()) if v]
+    words = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}" if isinstance(v, str) else f" {v:g}")
+             for k, v in sorted(flags.items()) if v]
     return " ".join(words) or "no flags"
 
 
@@ -140,10 +148,36 @@ class Flags:
     max_time: float | None = None  # bound on the body, on every rank
     live: bool = True  # show the live table (this notebook's choice: not compared across ranks)
     trace: bool = False  # record when each collective entered and left, on every rank
+    ranks: tuple[int, ...] | None = None  # --ranks: the ranks that run the body (None: every rank)
+    view: str | None = None  # --view (or %dist_config view=): how the tables are drawn; not compared
+    show: tuple[int, ...] | None = None  # --show: the ranks whose columns the tables show; not compared
+
+    def __post_init__(self) -> None:
+        for name in ("ranks", "show"):
+            value = getattr(self, name)
+            if value is not None:  # a follower's comes as a JSON list
+                object.__setattr__(self, name, tuple(sorted(set(value))))
 
     def compared(self) -> dict[str, Any]:
         return {"no_check": not self.check, "allow_different": not self.same_code, "max_time": self.max_time,
-                "trace": self.trace}
+                "trace": self.trace, "ranks": None if self.ranks is None else ranksets.fold(self.ranks)}
+
+
+def rank_set(text: str | None, world_size: int | None, flag: str = "--ranks") -> tuple[int, ...] | None:
+    """The ranks of ``--ranks TEXT`` (None: the flag was not given); a malformed or out-of-range set is refused."""
+    if text is None:
+        return None
+    try:
+        return tuple(ranksets.parse(text, world_size))
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+
+
+def skipped(ranks: tuple[int, ...]) -> dict[str, Any]:
+    """The capture of a rank outside ``--ranks``: one note, no error, no time."""
+    who = f"rank{'s' if len(ranks) > 1 else ''} {ranksets.fold(ranks)}"
+    return {"outputs": [{"kind": "note", "text": f"skipped: this cell runs on {who} only (--ranks)"}],
+            "result": None, "error": None, "wall": 0.0}
 
 
 def run(world: World, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
@@ -213,28 +247,38 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     rebuilt = opened.removeprefix(REBUILD) if opened.startswith(REBUILD) else None
     if rebuilt is not None:
         rebuild(f"t{n}")
-    world.note(f"running {label}", cell=n, body=cell)
     checker = Checker(world, cell, timeout, params, compare=flags.check,
-                      on_tick=lambda: raise_if_failed(world, cell), trace=flags.trace)
+                      on_tick=lambda: raise_if_failed(world, cell), trace=flags.trace, ranks=flags.ranks)
     output = OutputLog()
-    live = LiveTable(world, cell, f"{label} · {world.world_size} ranks", output, shell.display_pub, flags.live)
+    body_thread = threading.get_ident()  # the body runs here: the live table samples where it is
+    live = LiveTable(world, cell, f"{label} · {world.world_size} ranks", output, shell.display_pub, flags.live,
+                     view=flags.view, show=flags.show, place=lambda: where(checker.inside or checker.reaching,
+                                                               cell_line(body_thread)))
     body_started = time.monotonic()
-    with CellWatch(world, watch_client, cell, checker, label, on_tick=live.tick, max_time=flags.max_time,
-                   stopper=stopper, driver=driver) as watch:
-        activate(checker)
-        if stopper is not None:
-            stopper.arm()
-        try:
-            cap = capture.run_cell(shell, source, output)
-        finally:
+    reason: dict[str, Any] | None = None
+    interrupted = False
+    if flags.ranks is not None and world.rank not in flags.ranks:
+        # Not at work in the body (no "body" in the note): the members' end barrier need not wait for this rank.
+        world.note(f"skipping {label} (--ranks {ranksets.fold(flags.ranks)})", cell=n)
+        cap = skipped(flags.ranks)
+    else:
+        world.note(f"running {label}", cell=n, body=cell)
+        with CellWatch(world, watch_client, cell, checker, label, on_tick=live.tick, max_time=flags.max_time,
+                       stopper=stopper, driver=driver) as watch:
+            activate(checker)
             if stopper is not None:
-                stopper.pause()  # the body is over: from here on a stop must not land in this cell's bookkeeping
-                stopper.disarm()
-            activate(None)
+                stopper.arm()
+            try:
+                cap = capture.run_cell(shell, source, output)
+            finally:
+                if stopper is not None:
+                    stopper.pause()  # the body is over: from here on a stop must not land in this cell's bookkeeping
+                    stopper.disarm()
+                activate(None)
+        reason, interrupted = watch.reason, watch.interrupted
     live.finish(cap)
-    reason = watch.reason
     try:
-        record = _record(world, cap, checker, watch)
+        record = _record(world, cap, checker, interrupted)
     except Exception as exc:  # nbdist's own bookkeeping failed: this rank's error, published at once
         record = _capture_failure(world, cap, exc)
     if reason is not None and reason.get("kind") == "server":
@@ -243,7 +287,8 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
             world.pg.distrust("the rendezvous server went away")
         failure = StoreConnectionError(reason.get("message", "the rendezvous server went away"))
         mine = [record if i == world.rank else None for i in range(world.world_size)]
-        failure.outcome = Outcome(n, mine, reason, rebuilt, live_id=live.display_id)  # type: ignore[attr-defined]
+        failure.outcome = Outcome(n, mine, reason, rebuilt, live_id=live.display_id,  # type: ignore[attr-defined]
+                                  view=flags.view, show=flags.show)
         raise failure
     error = record["error"]
     if error is not None and reason is None:
@@ -268,11 +313,11 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
         if world.pg is not None:
             world.pg.distrust(f"the end of {label} was not reached by every rank")
         exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in keys], reason, rebuilt,  # type: ignore[attr-defined]
-                              live_id=live.display_id)
+                              live_id=live.display_id, view=flags.view, show=flags.show)
         raise
     world.note(f"finished {label}", cell=n)
     outcome = Outcome(n, [json.loads(t) for t in world.client.multi_get(keys)], reason, rebuilt,
-                      live_id=live.display_id)
+                      live_id=live.display_id, view=flags.view, show=flags.show)
     outcome.mismatch = _history_mismatch(outcome.captures)
     distrusted = procgroup.verdict({i: (c or {}).get("pg") for i, c in enumerate(outcome.captures)})
     if distrusted is not None:
@@ -305,14 +350,14 @@ def _end_tick(world: World, cell: str, live: LiveTable, flags: Flags, started: f
                            "running its body")
 
 
-def _record(world: World, cap: dict[str, Any], checker: Checker, watch: CellWatch) -> dict[str, Any]:
+def _record(world: World, cap: dict[str, Any], checker: Checker, interrupted: bool) -> dict[str, Any]:
     """What this rank publishes about its cell: the capture, its collectives, its group's state."""
     record = {**cap, "rank": world.rank, "collectives": dict(checker.counts)}
     if checker.compare:
         record["checks"] = checker.checks()
     if checker.events is not None:
         record["trace"] = trace.events(checker.events, checker.sigs)
-    if watch.interrupted and record["error"] is not None:
+    if interrupted and record["error"] is not None:
         record["error"]["interrupted"] = True
     record["pg"] = world.pg.state() if world.pg is not None else {"ok": False, "why": "no process group"}
     fit(record)  # raises here, inside the guard, if anything cannot be published

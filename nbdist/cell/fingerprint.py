@@ -8,6 +8,11 @@ field differs, every member raises :class:`CollectiveMismatchError` naming the
 ranks and the field, and nothing is sent. Point-to-point calls (send/recv)
 involve two ranks only and are not compared.
 
+In a ``%%collective --ranks`` cell the checker knows the cell's member ranks:
+a call that would wait for a rank that skips the cell (a collective on a group
+with such a member, a send or recv with such a peer) is refused before it
+runs, compared or not (``--no-check``), since that rank never calls it.
+
 The checker also knows whether the body is inside a collective right now (the
 watcher cuts only then), and refuses to start a collective once the cell has
 been stopped: a cut group would fail it at once, and a collective that started
@@ -25,7 +30,8 @@ from datetime import timedelta
 from typing import Any
 
 from ..backend.procgroup import group_name, members
-from ..errors import CollectiveMismatchError, PeerFailedError, PeerLostError, StoppedError
+from ..errors import CollectiveMismatchError, PeerFailedError, PeerLostError, SkippedRanksError, StoppedError
+from ..view.ranksets import fold
 from ..world.world import World
 from .history import History, checksum, end_mismatch, quick_key, summary
 
@@ -142,9 +148,11 @@ class Checker:
     """One cell's view of its collectives: compares each across the group's members, knows when it is inside one."""
 
     def __init__(self, world: World, cell: str, timeout: float, params: dict[str, list[str]], compare: bool = True,
-                 on_tick: Callable[[], None] | None = None, plain: bool = False, trace: bool = False) -> None:
+                 on_tick: Callable[[], None] | None = None, plain: bool = False, trace: bool = False,
+                 ranks: tuple[int, ...] | None = None) -> None:
         self.world, self.cell, self.timeout, self.params = world, cell, timeout, params
         self.compare = compare
+        self.ranks = ranks  # the cell's members (--ranks; None: every rank)
         self.known: dict[Any, int] = {}  # quick key -> checksum of its fingerprint, for kinds of call seen
         self.sigs: dict[int, dict[str, Any]] = {}  # checksum -> fingerprint
         self.histories: dict[str, History] = {}  # group name -> what was issued on it (when compared)
@@ -159,6 +167,7 @@ class Checker:
         self.on_tick = on_tick
         self.counts: dict[str, int] = {}  # group name -> collectives issued in this cell
         self.inside: tuple[str, float] | None = None  # (what, since) while a collective runs
+        self.reaching: tuple[str, float] | None = None  # (what, since) while it waits to compare one with the others
         self.stopped: dict[str, Any] | None = None  # set by the watcher: why no collective may start
         self.failed_inside = False
         self.lock = threading.Lock()
@@ -176,6 +185,8 @@ class Checker:
         ranks = members(group)
         if ranks is not None and self.world.rank not in ranks:
             return original(*args, **kwargs)  # torch returns at once for a non-member
+        if self.ranks is not None:
+            self._refuse_skipped(op, args, kwargs, ranks, p2p)
         self._refuse_if_stopped()
         what, late = op, None
         crc = name = n = None
@@ -185,7 +196,11 @@ class Checker:
                 name = self._names[group] = group_name(group)
             n = self.counts.get(name, 0) + 1
             if self.compare or self.events is not None:
-                crc, agreed = self._kind(op, args, kwargs, name, n, ranks)
+                self.reaching = (f"collective #{n} ({op})", time.monotonic())  # compared first: the others' turn
+                try:
+                    crc, agreed = self._kind(op, args, kwargs, name, n, ranks)
+                finally:
+                    self.reaching = None
                 if self.compare:
                     hist = self.histories.get(name)
                     if hist is None:
@@ -240,6 +255,16 @@ class Checker:
         if key is not None:
             self.known[key] = crc
         return crc, self.compare
+
+    def _refuse_skipped(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], ranks: list[int] | None,
+                        p2p: bool) -> None:
+        """Refuse a call that would wait for ranks outside the cell's ``--ranks`` (they never make it)."""
+        assert self.ranks is not None
+        world_size = self.world.world_size
+        waits = [peer_of(self.params[op], args, kwargs, ranks)] if p2p else ranks or range(world_size)
+        outside = sorted({r for r in waits if r is not None and r not in self.ranks})
+        if outside:
+            raise SkippedRanksError(skipped_message(op, ranks, outside, self.ranks, world_size, p2p))
 
     def checks(self) -> dict[str, Any]:
         """What this rank publishes at the end of the body so that the ranks compare their collectives."""
@@ -424,6 +449,36 @@ def group_arg(params: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) 
         if i < len(args):
             return args[i]
     return None
+
+
+def peer_of(params: list[str], args: tuple[Any, ...], kwargs: dict[str, Any], ranks: list[int] | None) -> int | None:
+    """The world rank a send or recv waits for (None: any source); ``ranks``: its group's world ranks."""
+    bound = dict(zip(params, args, strict=False))
+    bound.update(kwargs)
+    for name in ("dst", "src"):
+        if bound.get(name) is not None:
+            return int(bound[name])
+    for name in ("group_dst", "group_src"):
+        if bound.get(name) is not None:
+            i = int(bound[name])
+            return ranks[i] if ranks is not None and 0 <= i < len(ranks) else i
+    return None
+
+
+def skipped_message(op: str, group: list[int] | None, outside: list[int], cell_ranks: tuple[int, ...],
+                    world_size: int, p2p: bool = False) -> str:
+    """Why a call in a ``--ranks`` cell was refused, and what does what it meant."""
+    cell = fold(cell_ranks)
+    who = f"rank{'s' if len(outside) > 1 else ''} {fold(outside)}, which skip{'' if len(outside) > 1 else 's'}"
+    if p2p:
+        return (f"dist.{op} would wait for {who} this cell (--ranks {cell}), so it could never complete; it was not "
+                f"started. Send and receive only between the cell's ranks ({cell})")
+    on = ("the default group (every rank)" if group is None or len(group) == world_size
+          else f"a group of ranks {fold(group)}")
+    return (f"dist.{op} on {on} would wait for {who} this cell (--ranks {cell}), so it could never complete; it was "
+            f"not started. Make a group of the cell's ranks once, in a cell every rank runs: "
+            f"`sub = dist.new_group([{', '.join(map(str, cell_ranks))}])`; then, in %%collective --ranks {cell}, "
+            f"pass it: `dist.{op}(..., group=sub)`")
 
 
 def raise_if_failed(world: World, cell: str) -> None:

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import sys
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import NbdistError
 from ..view.celltable import cell_table
 from ..view.shrink import fit
+from ..view.tracebacks import is_cell
 from ..world.world import World
 from .outputlog import OutputLog
 
@@ -32,9 +36,36 @@ LIVE_EVERY = 0.5  # at most this often, per notebook
 LIVE_BYTES = 512 * 1024  # a rank's live record is cut to this; the final one may be larger
 
 
-def _state(record: dict[str, Any] | None, running_for: float) -> str:
+def cell_line(thread: int | None) -> int | None:
+    """The line of the notebook cell that ``thread`` (the kernel's main thread) runs now, innermost; None: none."""
+    frame = sys._current_frames().get(thread) if thread is not None else None  # noqa: SLF001 (a sample, as py-spy)
+    while frame is not None:
+        if is_cell(frame.f_code.co_filename):
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def where(inside: tuple[str, float] | None, line: int | None) -> str:
+    """Where a running body is: ``waits in all_reduce #12 at cell line 8 for 3 s``, ``at cell line 5``."""
+    at = f" at cell line {line}" if line is not None else ""
+    if inside is not None:
+        what = _COLLECTIVE.sub(r"\2 #\1", inside[0])
+        held = time.monotonic() - inside[1]
+        return f"waits in {what}{at}" + (f" for {held:.0f} s" if held >= 1 else "")
+    return at.lstrip()
+
+
+_COLLECTIVE = re.compile(r"collective #(\d+) \((\w+)\)")
+
+
+def _state(record: dict[str, Any] | None, running_for: float, sampled: str = "") -> str:
+    """A rank's state as this notebook shows it; ``sampled``: whether its place moved between two samples."""
     if record is None or record.get("state") == "running":
-        return f"running {running_for:.0f} s"
+        place = (record or {}).get("where", "")
+        if not place:
+            return f"running {running_for:.0f} s"
+        return f"running {running_for:.0f} s, {place}{sampled if not place.startswith('waits') else ''}"
     wall = record.get("wall", 0.0)
     if record.get("state") == "failed":
         return f"failed after {wall:.1f} s: {record.get('why', '')}".rstrip(": ")
@@ -45,8 +76,12 @@ class LiveTable:
     """This rank's part of a cell's live table: publishes its own state, shows everyone's."""
 
     def __init__(self, world: World, cell: str, title: str, output: OutputLog, publisher: Any,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, view: str | None = None, show: tuple[int, ...] | None = None,
+                 place: Callable[[], str] | None = None) -> None:
         self.world, self.cell, self.title, self.output, self.publisher = world, cell, title, output, publisher
+        self.view, self.show = view, None if show is None else list(show)  # how the table is drawn
+        self.place = place  # where this rank's body is now (sampled each tick): see :func:`where`
+        self._places: dict[int, tuple[str, float]] = {}  # rank -> (its place, since when here, sampled)
         self.enabled = enabled  # off (--no-live): this notebook neither publishes nor shows a live table
         self.started = time.monotonic()
         self.display_id: str | None = None  # set once the first live table is shown
@@ -79,12 +114,24 @@ class LiveTable:
             log.debug("live table not updated: %s", exc)
 
     def _publish(self, force: bool = False) -> None:
-        sent = (self.output.changes, self._mine["state"])
+        if self._mine["state"] == "running" and self.place is not None:
+            self._mine["where"] = self.place()
+        sent = (self.output.changes, self._mine["state"], self._mine.get("where", ""))
         if sent == self._sent and not force:
             return
         self._sent = sent
         record = {**self._mine, "outputs": self.output.snapshot()}
         self.world.client.set(self._key(self.world.rank), fit(record, LIVE_BYTES))
+
+    def _sampled(self, rank: int, record: dict[str, Any] | None, now: float) -> str:
+        """Whether ``rank``'s place (its cell line, its output) changed between this notebook's samples, 0.5 s apart:
+        `` (moving)``, `` (there for 3 s)``, or "" when first seen."""
+        place = f"{(record or {}).get('where', '')}\0{len(str((record or {}).get('outputs', [])))}"
+        seen = self._places.get(rank)
+        if seen is None or seen[0] != place:
+            self._places[rank] = (place, now)
+            return "" if seen is None else " (moving)"
+        return f" (there for {now - seen[1]:.0f} s)"
 
     def _show(self, now: float) -> None:
         world = self.world
@@ -96,8 +143,8 @@ class LiveTable:
             text = world.client.get_if(self._key(i))
             records.append(json.loads(text) if text else None)  # None: not published yet (still running)
         captures = [r or {"outputs": []} for r in records]
-        states = [_state(r, now - self.started) for r in records]
-        table = cell_table(self.title, world.ranks, captures, states)
+        states = [_state(r, now - self.started, self._sampled(i, r, now)) for i, r in enumerate(records)]
+        table = cell_table(self.title, world.ranks, captures, states, view=self.view, show=self.show)
         bundle = table._repr_mimebundle_()
         if bundle["text/html"] == self._shown:
             return

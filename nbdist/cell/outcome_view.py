@@ -10,7 +10,7 @@ from typing import Any
 from IPython.display import display, update_display
 
 from ..view import trace
-from ..view.celltable import cell_table
+from ..view.celltable import CellTable, cell_table
 from ..view.display import Message
 from ..view.timeline import Timeline
 from . import cells
@@ -26,15 +26,22 @@ def show(world: Any, outcome: cells.Outcome) -> list[dict[str, Any]] | None:
     return calls
 
 
-def show_table(world: Any, outcome: cells.Outcome) -> None:
-    """The cell's side-by-side table, in place of its live one if it had one, with the group's note."""
+def final_table(world: Any, outcome: cells.Outcome) -> CellTable:
+    """The cell's side-by-side table, drawn as its ``view`` and ``show`` say, with the group's note."""
     captures = outcome.captures
     shown = [c or {"outputs": [{"kind": "note", "text": "(no result from this rank)"}], "wall": 0.0} for c in captures]
     title = f"%%collective #{outcome.number} · {world.world_size} ranks"
     if any(c is None for c in captures):
         title += " · partial: some ranks sent no result"
-    table = cell_table(title, world.ranks, shown)
-    table.footer = group_note(outcome)
+    drawn = cell_table(title, world.ranks, shown, view=outcome.view,
+                       show=None if outcome.show is None else list(outcome.show))
+    drawn.footer = group_note(outcome)
+    return drawn
+
+
+def show_table(world: Any, outcome: cells.Outcome) -> None:
+    """The cell's table, in place of its live one if it had one."""
+    table = final_table(world, outcome)
     if outcome.live_id is not None:  # the final table replaces the live one, in place
         update_display(table, display_id=outcome.live_id)
     elif table.rows:  # like a plain cell, a cell that showed nothing on any rank shows nothing

@@ -302,9 +302,12 @@ _ENDS = (StoreConnectionError, WorldChangedError, JoinError)
 
 
 def cell_flags(flags: cells.Flags) -> dict[str, Any]:
-    """A cell's flags as the driver sends them (``live`` is each notebook's own choice)."""
+    """A cell's flags as the driver sends them (``live`` is each notebook's own choice; ``cells.Flags`` makes
+    the ``ranks`` and ``show`` a JSON message carries as lists tuples again). A follower draws its tables
+    as the driver's ``view`` and ``show`` say."""
     return {"timeout": flags.timeout, "check": flags.check, "same_code": flags.same_code, "max_time": flags.max_time,
-            "trace": flags.trace}
+            "trace": flags.trace, "ranks": None if flags.ranks is None else list(flags.ranks), "view": flags.view,
+            "show": None if flags.show is None else list(flags.show)}
 
 
 @dataclass

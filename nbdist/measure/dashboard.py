@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NbdistError, StoreConnectionError
-from ..view.display import CELL_STYLE, DIFF_STYLE, TABLE_STYLE
+from ..view.display import CELL_STYLE, DIFF_STYLE, GROUP_ABOVE, TABLE_STYLE
+from ..view.numbers import fold_alike
+from ..view.ranksets import fold
 from ..world.pulse import BUSY_AFTER
 from ..world.store import StoreClient
 from ..world.world import DEAD_AFTER, World
@@ -165,14 +167,27 @@ def failure_text(failure: dict[str, Any], cell: str, describe: str) -> str:
     return f"{where}: {message.removeprefix(describe).lstrip()}"
 
 
+def shown(table: list[Row]) -> list[tuple[tuple[str, ...], bool]]:
+    """(cells, trouble) per line: a line per rank, or past :data:`GROUP_ABOVE` ranks, a line per group of alike ranks.
+
+    Alike: equal once their numbers are taken out (a heartbeat's age); such a
+    line says ``⟨min … max⟩`` where its ranks' numbers differ, and its rank set.
+    """
+    if len(table) <= GROUP_ABOVE:
+        return [(row.cells(), row.trouble) for row in table]
+    trouble = {row.rank: row.trouble for row in table}
+    groups = fold_alike([row.cells()[1:] for row in table], [row.rank for row in table])
+    return [((fold(ranks), *fields), any(trouble[r] for r in ranks)) for ranks, fields in groups]
+
+
 def render_html(title: str, table: list[Row], footer: list[str] | None = None) -> str:
     """The rows as static HTML (no script; every value escaped), styled like the side-by-side table."""
     head = "".join(f'<th style="{CELL_STYLE}">{html.escape(c)}</th>' for c in COLUMNS)
     body = []
-    for row in table:
-        style = f"{CELL_STYLE};{DIFF_STYLE}" if row.trouble else CELL_STYLE
+    for cells, trouble in shown(table):
+        style = f"{CELL_STYLE};{DIFF_STYLE}" if trouble else CELL_STYLE
         tds = [f'<td style="{style}{";white-space:nowrap" * (j < len(COLUMNS) - 1)}">{html.escape(c)}</td>'
-               for j, c in enumerate(row.cells())]  # one line per rank; only the error may wrap
+               for j, c in enumerate(cells)]  # one line per rank (or group); only the error may wrap
         body.append(f"<tr>{''.join(tds)}</tr>")
     foot = "".join(f"<div><small>{html.escape(line)}</small></div>" for line in footer or [])
     return (f'<div class="nbdist nbdist-dashboard"><div><b>{html.escape(title)}</b></div>'
@@ -182,7 +197,7 @@ def render_html(title: str, table: list[Row], footer: list[str] | None = None) -
 
 def render_text(title: str, table: list[Row], footer: list[str] | None = None) -> str:
     """The rows as aligned text: the snapshot where widgets do not render."""
-    grid = [COLUMNS, *(row.cells() for row in table)]
+    grid = [COLUMNS, *(cells for cells, _ in shown(table))]
     widths = [max(len(line[j]) for line in grid) for j in range(len(COLUMNS))]
     lines = [title, *("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in grid)]
     return "\n".join([*lines, *(footer or [])])

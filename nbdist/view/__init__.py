@@ -1,7 +1,8 @@
 """The view: pure rendering of plain data (dicts, lists, strings).
 
 Owns the facts and status tables (``display``), a cell's side-by-side table
-(``celltable``, ``align``), sanitising a rank's HTML (``sanitize``), fitting a
+(``celltable``, ``align``) and its
+grouped form for many ranks (``grouped``, ``numbers``, ``ranksets``), sanitising a rank's HTML (``sanitize``), fitting a
 record to the store (``shrink``), tracebacks (``tracebacks``), pictures of
 tensors (``pictures``) and a traced cell's calls and timeline (``trace``,
 ``timeline``).

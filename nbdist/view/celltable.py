@@ -21,9 +21,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import sanitize
+from . import grouped, ranksets, sanitize
 from .align import align
 from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, STDERR_STYLE, TABLE_STYLE, text_html
+from .numbers import template
 from .shrink import DROPPED  # in a bundle: what was left out to fit the store, and why
 
 _B64 = re.compile(r"^[A-Za-z0-9+/=\s]+$")
@@ -39,7 +40,11 @@ class Piece:
     kind: str  # stdout, stderr, display, note, Out, error, stopped, state
     text: str
     html: str
-    key: str
+    key: str  # equal keys: equal in every MIME type
+    group: str = ""  # equal: alike enough to share a group's column (numbers aside, the same error); default the key
+
+    def __post_init__(self) -> None:
+        self.group = self.group or self.key
 
     @property
     def label(self) -> str:
@@ -74,7 +79,9 @@ def bundle_text(data: dict[str, Any]) -> str:
 
 
 def _bundle_piece(kind: str, data: dict[str, Any]) -> Piece:
-    return Piece(kind, bundle_text(data), bundle_html(data), f"{kind}\0{json.dumps(data, sort_keys=True)}")
+    text = bundle_text(data)
+    alike = f"{kind}\0{template(text)[0]}" if set(data) <= {"text/plain", DROPPED} else ""
+    return Piece(kind, text, bundle_html(data), f"{kind}\0{json.dumps(data, sort_keys=True)}", alike)
 
 
 def output_piece(output: dict[str, Any]) -> Piece:
@@ -84,10 +91,10 @@ def output_piece(output: dict[str, Any]) -> Piece:
         return _bundle_piece("display", output.get("data") or {})
     text = str(output.get("text", ""))
     if kind == "stderr":
-        return Piece(kind, text, _pre(text, STDERR_STYLE), f"stderr\0{text}")
+        return Piece(kind, text, _pre(text, STDERR_STYLE), f"stderr\0{text}", f"stderr\0{template(text)[0]}")
     if kind == "note":
         return Piece(kind, text, f"<small><i>{html.escape(text)}</i></small>", f"note\0{text}")
-    return Piece("stdout", text, _pre(text), f"stdout\0{text}")
+    return Piece("stdout", text, _pre(text), f"stdout\0{text}", f"stdout\0{template(text)[0]}")
 
 
 def _details(summary: str, body: str) -> str:
@@ -109,7 +116,8 @@ def error_pieces(cap: dict[str, Any]) -> list[Piece]:
         short = str(error.get("short") or full)
         body = _pre(short) + (_details("full traceback (with nbdist's frames)", full) if short != full else "")
         text = short if short == full else f"{short}\n{FULL_TRACEBACK}\n{full}"
-        pieces.append(Piece("error", text, body, f"error\0{full}"))
+        alike = f"error\0{error.get('ename')}\0{error.get('evalue')}\0{error.get('where')}"  # paths differ by kernel
+        pieces.append(Piece("error", text, body, f"error\0{full}", alike))
     if cancelled:
         pieces.append(Piece("stopped", cancelled, _pre(cancelled), f"stopped\0{cancelled}"))
     return pieces
@@ -153,20 +161,39 @@ def _fixed_row(label: str, per_rank: list[list[Piece]]) -> Row | None:
 
 @dataclass
 class CellTable:
-    """The table of one cell: headings per rank and rows in output order."""
+    """The table of one cell: headings per rank and rows in output order, drawn per rank or by groups of ranks."""
 
     title: str
     columns: list[str]
     rows: list[Row]
     footer: str = ""
+    ranks: list[int] = field(default_factory=list)  # the rank of each column (all of them, or those --show names)
+    hosts: list[str] = field(default_factory=list)
+    walls: list[float | None] = field(default_factory=list)  # None while the cell runs
+    world_size: int = 0
+    by_groups: bool = False  # one column per group of alike ranks (:mod:`nbdist.view.grouped`)
+    drawn: dict[Any, Any] = field(default_factory=dict, repr=False)  # grouped's work, kept for the second form
+
+    def __post_init__(self) -> None:
+        self.ranks = self.ranks or list(range(len(self.columns)))
+        self.hosts = self.hosts or ["?"] * len(self.columns)
+        self.walls = self.walls or [None] * len(self.columns)
+        self.world_size = self.world_size or len(self.columns)
+
+    def all_ranks(self) -> str:
+        """Who a shared row is shared by: ``all 8 ranks``, or the ranks shown."""
+        n = len(self.ranks)
+        return f"all {n} ranks" if n == self.world_size else f"all {n} shown ranks"
 
     def _repr_html_(self) -> str:
+        if self.by_groups:
+            return grouped.to_html(self)
         n = len(self.columns)
         head = "".join(f'<th style="{CELL_STYLE}">{html.escape(c)}</th>' for c in self.columns)
         body = []
         for row in self.rows:
             if row.same is not None:
-                note = f"<br><small>identical on all {n} ranks</small>" if n > 1 else ""
+                note = f"<br><small>identical on {self.all_ranks()}</small>" if n > 1 else ""
                 body.append(f'<tr><th style="{CELL_STYLE}">{html.escape(row.label)}{note}</th>'
                             f'<td colspan="{n}" style="{CELL_STYLE}">{row.same.html}</td></tr>')
                 continue
@@ -182,6 +209,8 @@ class CellTable:
 
     def __repr__(self) -> str:
         """The text form, in the same order: runs of shared rows, then each rank's own rows under its heading."""
+        if self.by_groups:
+            return grouped.to_text(self)
         n = len(self.columns)
         lines = [self.title]
         i = 0
@@ -192,7 +221,7 @@ class CellTable:
                 j += 1
             group = self.rows[i:j]
             if shared:
-                lines.append(f"── all {n} ranks (identical) ──" if n > 1 else f"── {self.columns[0]} ──")
+                lines.append(f"── {self.all_ranks()} (identical) ──" if n > 1 else f"── {self.columns[0]} ──")
                 lines += [_labelled(row.label, row.same.text) for row in group if row.same is not None]
             else:
                 for r, column in enumerate(self.columns):
@@ -223,21 +252,46 @@ def _duration(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
+_STATE_KIND = re.compile(r"^finished in [\d.]+ s, |^(failed) after [\d.]+ s| for \d+ s$| \(there for \d+ s\)$")
+
+
+def state_kind(state: str) -> str:
+    """What ranks in one state share: ``waiting for the others``, ``failed: ValueError``, ``running 34 s, waits in
+    all_reduce #1 at cell line 3``, ``running 34 s, at cell line 5 (not moving)``: not how long each has been there."""
+    return _STATE_KIND.sub(lambda m: m[1] or (" (not moving)" if m[0].startswith(" (there") else ""), state)
+
+
 def cell_table(title: str, ranks: list[dict[str, Any]], captures: list[dict[str, Any]],
-               states: list[str] | None = None) -> CellTable:
-    """The table of one %%collective cell; ``states`` (one line per rank) while it is still running."""
+               states: list[str] | None = None, view: str | None = None,
+               show: list[int] | None = None) -> CellTable:
+    """The table of one %%collective cell; ``states`` (one line per rank) while it is still running.
+
+    ``view``: "ranks" (a column per rank), "groups" (a column per group of alike
+    ranks) or None (groups past 4 ranks, or when the columns would be too wide).
+    ``show``: only these ranks' columns (every rank's when None).
+    """
+    world_size = len(ranks)
+    shown = list(range(world_size)) if show is None else [r for r in show if r < world_size]
+    if show is not None:
+        title += f" · showing {ranksets.name(shown, world_size)} of {world_size}"
+    infos, captures = [ranks[r] for r in shown], [captures[r] for r in shown]
+    states = None if states is None else [states[r] for r in shown]
     columns = [f"rank {i} · {info.get('host', '?')}" + ("" if states else f" · {_duration(cap.get('wall', 0.0))}")
-               for i, (info, cap) in enumerate(zip(ranks, captures, strict=True))]
+               for i, info, cap in zip(shown, infos, captures, strict=True)]
     rows = _aligned_rows([[output_piece(o) for o in cap.get("outputs", [])] for cap in captures])
     fixed = [
         ("Out", [[_bundle_piece("Out", cap["result"])] if cap.get("result") else [] for cap in captures]),
         ("error", [error_pieces(cap) for cap in captures]),
     ]
     if states:
-        fixed.append(("state", [[Piece("state", s, _pre(s), f"state\0{s}")] for s in states]))
+        fixed.append(("state", [[Piece("state", s, _pre(s), f"state\0{s}", f"state\0{state_kind(s)}")]
+                                for s in states]))
     for label, per_rank in fixed:
         # Errors and stops are each rank's own, never merged; the row is named after what it holds.
         row = _differing(None, per_rank) if label == "error" else _fixed_row(label, per_rank)
         if row is not None:
             rows.append(row)
-    return CellTable(title, columns, rows)
+    table = CellTable(title, columns, rows, ranks=shown, hosts=[str(i.get("host", "?")) for i in infos],
+                      walls=[None if states else c.get("wall", 0.0) for c in captures], world_size=world_size)
+    table.by_groups = grouped.choose(view, table)
+    return table

@@ -15,6 +15,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import ranksets
+from .numbers import fold_alike
+
 # Colours. Where the frontend has a theme (JupyterLab's and Notebook 7's --jp-* variables, light or dark),
 # borders, text and the stderr tint take its colours; elsewhere the var()'s fallback applies. Each var()
 # follows a plain declaration of the same property, so that a sanitiser which drops var() (JupyterLab's, for
@@ -35,6 +38,7 @@ _JUPYTERLAB_ANSI = dict(zip(
      "#7f7f7f", "#ff0000", "#00ff00", "#ffff00", "#5c5cff", "#ff00ff", "#00ffff", "#ffffff"),
     ("#3e424d", "#e75c58", "#00a250", "#ddb62b", "#208ffb", "#d160c4", "#60c6c8", "#c5c1b4",
      "#282c36", "#b22b31", "#007427", "#b27d12", "#0065ca", "#a03196", "#258f8f", "#a1a6b2"), strict=True))
+GROUP_ABOVE = 8  # a facts table of more ranks than this shows a column per group of alike ranks
 _ANSI_COLOUR = re.compile(r"((?:background-)?color: )(#[0-9a-fA-F]{6})")
 
 
@@ -79,15 +83,35 @@ class SideBySide:
     rows: list[tuple[str, list[Cell]]] = field(default_factory=list)
     footer: str = ""
     compare: bool = True  # merge identical rows and mark differing ones
+    ranks: list[int] | None = None  # each column's rank (default 0..n-1), for the grouped form of many ranks
+    world_size: int | None = None
 
     def add(self, label: str, cells: list[Cell]) -> None:
         if any(c.text or c.html for c in cells):
             self.rows.append((label, cells))
 
+    def _shown(self) -> SideBySide:
+        """Past :data:`GROUP_ABOVE` columns of text, one column per group of alike ranks (``numbers.fold_alike``)."""
+        if len(self.columns) <= GROUP_ABOVE or any(c.html is not None for _, cells in self.rows for c in cells):
+            return self
+        ranks = self.ranks or list(range(len(self.columns)))
+        world_size = self.world_size or len(self.columns)
+        vectors = [tuple(cells[i].text for _, cells in self.rows) for i in range(len(self.columns))]
+        groups = fold_alike(vectors, ranks)
+        groups_text = f"{len(groups)} group{'s' if len(groups) > 1 else ''}"
+        table = SideBySide(f"{self.title} · {len(ranks)} ranks in {groups_text} of alike columns",
+                           [ranksets.name(rs, world_size) for rs, _ in groups], footer=self.footer,
+                           compare=self.compare)
+        for j, (label, _) in enumerate(self.rows):
+            table.rows.append((label, [Cell(fields[j]) for _, fields in groups]))
+        return table
+
     def _same(self, cells: list[Cell]) -> bool:
         return self.compare and len(cells) > 1 and len({c.key() for c in cells}) == 1
 
     def _repr_html_(self) -> str:
+        if (shown := self._shown()) is not self:
+            return shown._repr_html_()
         n = len(self.columns)
         head = "".join(f'<th style="{CELL_STYLE}">{html.escape(c)}</th>' for c in self.columns)
         body = []
@@ -112,6 +136,8 @@ class SideBySide:
         )
 
     def __repr__(self) -> str:
+        if (shown := self._shown()) is not self:
+            return repr(shown)
         lines = [self.title]
         same = [(label, cells[0]) for label, cells in self.rows if self._same(cells)]
         if same:

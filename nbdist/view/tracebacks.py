@@ -47,7 +47,7 @@ def _is_library(filename: str) -> bool:
     )
 
 
-def _is_cell(filename: str) -> bool:
+def is_cell(filename: str) -> bool:
     """Whether ``filename`` is the pseudo-file IPython compiles a notebook cell under."""
     return filename.startswith(("<ipython-input-", "<cell")) or ("/ipykernel_" in filename and filename.endswith(".py"))
 
@@ -105,7 +105,7 @@ def _where(stack: traceback.StackSummary) -> str:
     # A cell's pseudo-filename means nothing to the reader; a module's base name does.
     place = (
         f"line {frame.lineno}"
-        if _is_cell(frame.filename)
+        if is_cell(frame.filename)
         else f"{os.path.basename(frame.filename)} line {frame.lineno}"
     )
     return f"`{frame.line}`, {place}" if frame.line else place
