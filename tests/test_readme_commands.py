@@ -105,6 +105,10 @@ SKIP = {
     r"%dist_release": "tests/test_follow.py::"
                       "test_the_walkthrough_driven_from_rank_0_runs_on_its_follower_and_release_returns_it_to_lockstep "
                       "runs it",
+    r"%%collective --(?:show|view|ranks) .*": "needs a world of 8 spawned ranks: tests/test_many_ranks.py (and "
+                                              "tests/test_subset_cells.py for --ranks)",
+    r"%dist_config(?: view=groups)?": "sets how tables are drawn in an 8-rank world: tests/test_many_ranks.py::"
+                                      "test_one_raising_rank_stands_alone_and_view_ranks_gives_a_column_each",
     r"%dist_workers": "needs spawned workers: tests/test_spawn.py::"
                       "test_spawn_4_runs_collectives_survives_max_time_and_unload_leaves_no_worker runs it",
     r"python benchmarks/driven_cells\.py(?: .*)?": "a benchmark of minutes, with ipyparallel beside nbdist; the "
