@@ -24,6 +24,7 @@ from typing import Any
 from . import grouped, ranksets, sanitize
 from .align import align
 from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, STDERR_STYLE, TABLE_STYLE, text_html
+from .grouped import labelled
 from .numbers import template
 from .shrink import DROPPED  # in a bundle: what was left out to fit the store, and why
 
@@ -213,16 +214,10 @@ class CellTable:
             return grouped.to_text(self)
         n = len(self.columns)
         lines = [self.title]
-        i = 0
-        while i < len(self.rows):
-            shared = self.rows[i].same is not None
-            j = i
-            while j < len(self.rows) and (self.rows[j].same is not None) == shared:
-                j += 1
-            group = self.rows[i:j]
+        for shared, group in grouped.runs(self.rows):
             if shared:
                 lines.append(f"── {self.all_ranks()} (identical) ──" if n > 1 else f"── {self.columns[0]} ──")
-                lines += [_labelled(row.label, row.same.text) for row in group if row.same is not None]
+                lines += [labelled(row.label, row.same.text) for row in group]
             else:
                 for r, column in enumerate(self.columns):
                     own = [p for row in group for p in row.per_rank[r]]
@@ -231,21 +226,13 @@ class CellTable:
                     lines.append(f"── {column} ──")
                     for p in own:
                         marker = " (differs)" if n > 1 and p.kind != "state" else ""
-                        lines.append(_labelled(f"{p.label}{marker}", p.text))
-            i = j
+                        lines.append(labelled(f"{p.label}{marker}", p.text))
         if self.footer:
             lines.append(self.footer)
         return "\n".join(lines)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         return {"text/plain": repr(self), "text/html": self._repr_html_()}
-
-
-def _labelled(label: str, text: str) -> str:
-    text = text.rstrip("\n")
-    if "\n" not in text:
-        return f"{label}: {text}"
-    return "\n".join([f"{label}:", *("  " + line for line in text.split("\n"))])
 
 
 def _duration(seconds: float) -> str:

@@ -283,36 +283,34 @@ def to_text(table: CellTable) -> str:
     found = groups(table)
     by_diff = len(found) > EXPANDED
     lines = [table.title]
-    i = 0
-    while i < len(table.rows):
-        shared = table.rows[i].same is not None
-        j = i
-        while j < len(table.rows) and (table.rows[j].same is not None) == shared:
-            j += 1
-        run = table.rows[i:j]
+    for shared, run in runs(table.rows):
         if shared:
             lines.append(f"── {table.all_ranks()} (identical) ──")
-            lines += [_labelled(row.label, row.same.text) for row in run if row.same is not None]
-        else:
-            states = [row for row in run if row.label == "state"]
-            run = [row for row in run if row.label != "state"]
-            for k, group in enumerate(found if run else []):
-                drawn = [(row.label, draw(table, row, group)) for row in run]
-                if k and by_diff:
-                    drawn = [(label, against(table, row, found[0], group) if _diffable(row) else d)
-                             for row, (label, d) in zip(run, drawn, strict=True)]
-                marker = " (diff against the reference)" if k and by_diff else ""
-                lines.append(f"── {_heading(table, group)[1]}{marker} ──")
-                lines += [_labelled(label, d.text) for label, d in drawn if d.text]
-            lines += [_labelled("state", _states(table, row)) for row in states]
-        i = j
+            lines += [labelled(row.label, row.same.text) for row in run]
+            continue
+        states = [row for row in run if row.label == "state"]
+        run = [row for row in run if row.label != "state"]
+        for k, group in enumerate(found if run else []):
+            drawn = [(row.label, draw(table, row, group)) for row in run]
+            if k and by_diff:
+                drawn = [(label, against(table, row, found[0], group) if _diffable(row) else d)
+                         for row, (label, d) in zip(run, drawn, strict=True)]
+            marker = " (diff against the reference)" if k and by_diff else ""
+            lines.append(f"── {_heading(table, group)[1]}{marker} ──")
+            lines += [labelled(label, d.text) for label, d in drawn if d.text]
+        lines += [labelled("state", _states(table, row)) for row in states]
     lines.append(_hint(table))
     if table.footer:
         lines.append(table.footer)
     return "\n".join(lines)
 
 
-def _labelled(label: str, text: str) -> str:
+def runs(rows: list[Row]) -> list[tuple[bool, list[Row]]]:
+    """The rows in runs of shared rows (True) and differing ones (False), in order, as the text forms list them."""
+    return [(shared, list(run)) for shared, run in itertools.groupby(rows, key=lambda row: row.same is not None)]
+
+
+def labelled(label: str, text: str) -> str:
     text = text.rstrip("\n")
     if "\n" not in text:
         return f"{label}: {text}"
