@@ -14,20 +14,20 @@ __all__ = ["__version__", "get_device", "last_trace", "load_ipython_extension", 
 
 
 def load_ipython_extension(ipython) -> None:
-    from .magics import load
+    from .extension import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
-    from .magics import unload
+    from .extension import unload
 
     unload(ipython)
 
 
 def get_device():
     """The ``torch.device`` this kernel's rank uses (after ``%%dist_init``)."""
-    from .magics import current_device
+    from .extension import current_device
 
     return current_device()
 
@@ -48,7 +48,7 @@ def show(tensor, label=None, owner=None, *, world_size=None) -> None:
 
 def rank_output(rank):
     """Rank ``rank``'s whole column of the last ``%%collective`` table this notebook showed (a table to display)."""
-    from .magics import rank_output as column
+    from .extension import rank_output as column
 
     return column(rank)
 

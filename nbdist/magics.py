@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import sys
 from dataclasses import replace
 from typing import Any
@@ -16,7 +15,7 @@ from . import config
 from .backend import backends, doctor, envplan
 from .cell import cells, outcome_view
 from .drive import follow, spawn
-from .errors import ConfigError, NbdistError, NotInitializedError
+from .errors import ConfigError, NbdistError
 from .session import Session
 from .view.display import Cell, JoinStatus, Message, SideBySide, Source, summary_table
 
@@ -397,7 +396,7 @@ class DistMagics(Magics):
         """Follow the driving notebook: run, in lockstep, every %%collective cell it runs, and show it here.
 
         Any joined notebook drives by running a %%collective while others
-        follow. Each cell arrives through the rendezvous store, signed with a
+        follow. Each cell arrives through the rendezvous server, signed with a
         key derived from the world's token (a world on one machine without a
         token gets a random key); a cell that does not verify is refused and
         nothing of it runs. Following ends when the driver runs %dist_release
@@ -474,15 +473,16 @@ class DistMagics(Magics):
         """Show every rank live: joined or left, heartbeat, host, device, what it does, its last error.
 
         An ipywidgets panel, updated at most twice a second from a background
-        thread (on a store connection of its own) while other cells of this
-        notebook run. "What it does": the %%collective it runs, the collective
-        it has been inside for over 0.5 s, or the barrier it waits at. Its
-        "stop all ranks" button does what %dist_stop does, once this kernel is
-        idle (a cell running here holds the click: the toolbar's stop button
-        ends that cell). Where widgets do not render (nbconvert, a terminal)
-        the output's text is a snapshot, the last one once the dashboard stops.
-        It stops with %dist_destroy, %unload_ext nbdist, kernel exit, leaving
-        the world (a new %%dist_init), --stop, or a new %dist_dashboard.
+        thread (on a connection of its own to the rendezvous server) while
+        other cells of this notebook run. "What it does": the %%collective it
+        runs, the collective it has been inside for over 0.5 s, or the barrier
+        it waits at. Its "stop all ranks" button does what %dist_stop does,
+        once this kernel is idle (a cell running here holds the click: the
+        toolbar's stop button ends that cell). Where widgets do not render
+        (nbconvert, a terminal) the output's text is a snapshot, the last one
+        once the dashboard stops. It stops with %dist_destroy, %unload_ext
+        nbdist, kernel exit, leaving the world (a new %%dist_init), --stop, or
+        a new %dist_dashboard.
         """
         args = parse_argstring(self.dist_dashboard, line)
         if args.stop:
@@ -574,70 +574,9 @@ def _last(row: dict[str, Any]) -> str:
     return f"{row['last']} ({row['last_age']:.0f} s ago)"
 
 
-def rank_output(rank: int) -> Any:
-    """Rank ``rank``'s whole column of the last %%collective table shown in this notebook."""
-    magics = registered()
-    outcome = magics.last_outcome if magics is not None else None
-    world = magics.session.world if magics is not None else None
-    if outcome is None or world is None:
-        raise UsageError("nbdist.rank_output: this notebook has shown no %%collective table yet")
-    if not 0 <= rank < world.world_size:
-        raise UsageError(f"nbdist.rank_output: rank {rank} is not in this world (ranks 0-{world.world_size - 1})")
-    return outcome_view.final_table(world, replace(outcome, view="ranks", show=(rank,)))
-
-
 def registered() -> DistMagics | None:
     """This kernel's nbdist magics (and so its session), if the extension is loaded."""
     from IPython import get_ipython
 
     shell = get_ipython()
     return shell.magics_manager.registry.get(_NAME) if shell is not None else None
-
-
-def current_device() -> Any:
-    """This kernel's rank device (``nbdist.get_device()``)."""
-    magics = registered()
-    if magics is None or magics.session.world is None:
-        raise NotInitializedError("nbdist.get_device()")
-    return magics.session.device
-
-
-def bare_cell_magic_as_line(lines: list[str]) -> list[str]:
-    """Let ``%%dist_init --flags`` stand alone in a cell (IPython refuses empty cell magics)."""
-    if lines and lines[0].lstrip().startswith("%%dist_init") and not "".join(lines[1:]).strip():
-        return [lines[0].lstrip()[1:]]
-    return lines
-
-
-def load(shell: Any) -> None:
-    """Register the magics (``%load_ext nbdist``)."""
-    magics = DistMagics(shell)
-    shell.register_magics(magics)
-    if bare_cell_magic_as_line not in shell.input_transformers_cleanup:
-        shell.input_transformers_cleanup.append(bare_cell_magic_as_line)
-    magics.session.prestart.install(shell)
-    shell.events.register("pre_run_cell", magics.session.before_cell)
-    shell.events.register("post_run_cell", magics.session.after_cell)
-    atexit.register(magics.session.close_at_exit)
-    magics.session.prepare()
-    for note in magics.session.notes:
-        display(Message(f"nbdist: warning: {note}"))
-
-
-def unload(shell: Any) -> None:
-    """Leave the world, stop the server and threads, remove the magics (``%unload_ext``)."""
-    magics = shell.magics_manager.registry.pop(_NAME, None)
-    if magics is None:
-        return
-    magics._stop_dashboard("nbdist was unloaded")
-    magics.session.close()
-    atexit.unregister(magics.session.close_at_exit)
-    for event, callback in (("pre_run_cell", magics.session.before_cell), ("post_run_cell", magics.session.after_cell)):
-        if callback in shell.events.callbacks[event]:
-            shell.events.unregister(event, callback)
-    shell.input_transformers_cleanup[:] = [
-        t for t in shell.input_transformers_cleanup if getattr(t, "__name__", "") != "bare_cell_magic_as_line"
-    ]
-    for kind, names in type(magics).magics.items():  # every magic the class declares
-        for name in names:
-            shell.magics_manager.magics[kind].pop(name, None)

@@ -16,8 +16,9 @@ from typing import Any
 
 from ._version import __version__
 from .backend import backends, cpplog, debugmode, envplan, tunnel
-from .backend.procgroup import ProcessGroup, destroy_default
-from .cell import capture, cells, prestart, progress
+from .backend.environ import Environ
+from .backend.procgroup import destroy_default
+from .cell import capture, cells, prestart, progress, rebuild
 from .cell.guard import Guard, request_stop
 from .cell.hooks import Collectives
 from .cell.plain import PlainNet
@@ -37,12 +38,11 @@ from .errors import (
 )
 from .world import netinfo, reach, rendezvous, signing
 from .world.heartbeat import Heartbeat
-from .world.store import Server, StoreClient, connect, run_in_thread
-from .world.world import BarrierRefused, World, step_name
+from .world.store import Server, StoreClient, connect
+from .world.world import BarrierRefused, World
 
 log = logging.getLogger(__name__)
 
-_BUILT_HCCL = "this kernel has built an HCCL process group already"
 EXIT_GRACE = 3.0  # seconds a kernel that hosts the server keeps serving at exit while other ranks still use it
 
 
@@ -76,10 +76,8 @@ class Session:
         self.device: Any = None
         self.local_rank = 0
         self.env_plan: list[envplan.EnvVar] = []
-        self._applied: dict[str, str] = {}  # what nbdist itself put in os.environ
-        self._replaced: dict[str, str | None] = {}  # what those variables held before nbdist set them
+        self.environ = Environ()  # what nbdist put in os.environ, to put back what was there
         self.pg_timeout = envplan.PG_TIMEOUT
-        self._early: set[str] = set()  # variables set at %load_ext; kept until the extension is unloaded
         self.npu_seen: dict[str, str | None] | None = None  # what torch_npu read once in this process, if known
         self.npu_seen_when = ""
         self.notes: list[str] = []  # warnings for the init summary
@@ -94,6 +92,9 @@ class Session:
         self.process = "kernel"  # what runs this rank: a kernel, or "nbdist follow" (a process with no kernel)
         self.workers: Workers | SlurmJob | None = None  # the followers of %dist_init --spawn
         self.cell_entered = False  # whether the running notebook cell's %%collective reached the protocol
+        # The world's next step as the running %%collective cell began (its pre_run_cell): its step, even if
+        # another rank's same cell closed that step before this one reached nbdist's code.
+        self.start_turn: int | None = None
         self.debug = debugmode.DebugMode()  # the world's %dist_debug switch, as applied here
         self.prestart = prestart.Window()  # the stop button just before or after a cell (installed at load)
         self.stop_pressed = False  # pressed in the gap just before this cell began: a %%collective stops at once
@@ -109,8 +110,8 @@ class Session:
         usable, _, facts = backends.npu_status()
         self.notes = backends.guard_torch_import(facts)
         quiet, self.cpplog_note = cpplog.plan(self.environ_for_config(), sys.modules)
-        self._setenv(quiet)  # torch's C++ log level, before torch reads it (only if the user did not set it)
-        self._early.update(quiet)
+        self.environ.set(quiet)  # torch's C++ log level, before torch reads it (only if the user did not set it)
+        self.environ.early.update(quiet)
         if self.cpplog_note:
             self.notes.append(self.cpplog_note)
         if "torch_npu" in sys.modules:
@@ -120,8 +121,8 @@ class Session:
             return
         variables = envplan.early(self.environ_for_config(), facts)
         values = {v.key: v.value for v in variables if v.value is not None and v.source == "nbdist"}
-        self._setenv(values)
-        self._early.update(values)
+        self.environ.set(values)
+        self.environ.early.update(values)
 
     def init(self, cfg: WorldConfig, on_status: Callable[[Any], None] | None = None,
              keep_workers: bool = False) -> list[dict[str, Any]]:
@@ -138,7 +139,7 @@ class Session:
                       *([self.cpplog_note] if self.cpplog_note else [])]
         late = envplan.stale(self.env_plan, self.npu_seen) if self.choice.backend == "hccl" else []
         if late:
-            certain = self.npu_seen_when == _BUILT_HCCL
+            certain = self.npu_seen_when == rebuild.BUILT_HCCL
             self.notes.append(
                 f"these values {'will' if certain else 'may'} not take effect: {', '.join(late)}. torch_npu reads "
                 f"them once per process, at its first HCCL process group, and {self.npu_seen_when}"
@@ -223,7 +224,7 @@ class Session:
                 log.warning("nbdist: %s", note)  # shown at once: the process group may never form
             return
         self.env_plan = [chosen if v.key == chosen.key else v for v in self.env_plan]
-        self._setenv({chosen.key: chosen.value})
+        self.environ.set({chosen.key: chosen.value})
         mine = world.ranks[world.rank]
         mine.update(addr=addr, env=_env_lines(self.env_plan))
         world.client.set(world.key(f"rank/{world.rank}"), json.dumps(mine))  # for those who read it again
@@ -247,33 +248,11 @@ class Session:
         assert self.choice is not None
         self.env_plan = self.plan_for(cfg, self.choice.backend)
         self.pg_timeout = envplan.process_group_timeout(self.choice.backend, self.env_plan, cfg.pg_timeout)
-        self._setenv({var.key: var.value for var in self.env_plan if var.value is not None})
-
-    def _setenv(self, values: dict[str, str]) -> None:
-        """Set environment variables, remembering what they held, so that leaving puts them back."""
-        for key, value in values.items():
-            if key not in self._replaced:
-                self._replaced[key] = os.environ.get(key)
-            os.environ[key] = value
-            self._applied[key] = value
-
-    def _restore_environment(self, keep: set[str] | None = None) -> None:
-        """Put back what nbdist changed in os.environ, where the value is still nbdist's (but ``keep``)."""
-        keep = keep or set()
-        for key, old in list(self._replaced.items()):
-            if key in keep:
-                continue
-            if os.environ.get(key) == self._applied.get(key):  # else changed since by someone else: theirs
-                if old is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = old
-            del self._replaced[key]
-            self._applied.pop(key, None)
+        self.environ.set({var.key: var.value for var in self.env_plan if var.value is not None})
 
     def environ_for_config(self) -> dict[str, str]:
         """The environment as the user set it: values nbdist itself set are left out."""
-        return {k: v for k, v in os.environ.items() if self._applied.get(k) != v}
+        return self.environ.as_user_set()
 
     def _settle_devices(self) -> None:
         """Default devices follow the local rank: the index among ranks on the same host."""
@@ -291,7 +270,7 @@ class Session:
         self.device = backends.activate(self.choice)
 
     def _set_environment(self, cfg: WorldConfig) -> None:
-        self._setenv({
+        self.environ.set({
             "RANK": str(cfg.rank),
             "WORLD_SIZE": str(cfg.world_size),
             "LOCAL_RANK": str(self.local_rank),
@@ -300,78 +279,16 @@ class Session:
         })
 
     def rebuild_process_group(self, tag: str) -> None:
-        """Build this world's process group afresh (every rank does it at the same point)."""
-        world = self.world
-        assert world is not None and self.client is not None and self.choice is not None
-        old, world.pg, self.hooks.pg = world.pg, None, None
-        if old is not None:
-            old.cut("rebuilt")  # nothing may still wait on it, or destroying it would hang
-            old.destroy()
-        destroy_default()
-        # The group's waits in the store (gloo's eager set-up, NCCL's and HCCL's lazy one at the first
-        # collective) get the group's timeout: torch sets it on the store only when it makes the store itself.
-        store = self.client.clone(op_timeout=self.pg_timeout).raw()
-        if self.choice.backend == "hccl" and self.npu_seen is None:
-            self.npu_seen = {key: os.environ.get(key) for key in envplan.READ_ONCE}
-            self.npu_seen_when = _BUILT_HCCL
-        # One build per step (tag "t<n>") or join: every rank takes the same prefix, whatever generation it read.
-        prefix = f"nbdist/r/{world.round}/pg/{tag}/"
-        self._sync_generation(world)
-        self.debug.before_build(world, self.choice.backend, self.environ_for_config())
-
-        def build() -> ProcessGroup:
-            return ProcessGroup(self.choice.backend, store, prefix, world.rank, world.world_size, self.pg_timeout)
-
-        world.pg = run_in_thread(build, self.pg_timeout, "initialising the process group")
-        world.pg.gen = world.gen
-        self.hooks.pg = world.pg
+        """Build this world's process group afresh, as every rank does at the same point (:mod:`.cell.rebuild`)."""
+        rebuild.build(self, tag)
 
     def group_state(self, world: World, gen: int) -> dict[str, Any]:
-        """This rank's process-group state as the others judge it at a step, with the generation it was built in.
-
-        ``gen``: the world's generation now; a group of an older one is not trusted.
-        """
-        pg = world.pg
-        if pg is None:
-            return {"ok": False, "why": "it has no process group yet"}
-        state = pg.state()
-        if state.get("ok") and pg.gen != gen:
-            state = {"ok": False, "why": self.debug.why_moved(world) or "a rank rejoined, or another rank's process "
-                                                                         "group failed, since its group was built"}
-        return {**state, "gen": pg.gen}
+        """This rank's process-group state as the others judge it at a step (:func:`.cell.rebuild.state`)."""
+        return rebuild.state(self, world, gen)
 
     def ensure_group(self) -> str | None:
-        """Before a plain cell's first collective: rebuild the process group, with every rank, if it cannot be trusted.
-
-        It cannot when it was cut or found broken (a stopped collective, a failed cell), or when the
-        world moved to a new generation since it was built (a rank rejoined, another rank's group
-        failed). The rank that finds its own group of this generation broken moves the world on, and
-        every rank then rebuilds at a step of its own (a %%collective decides this at its start).
-        Returns why it rebuilt, or None.
-        """
-        world = self.require_world("a collective")
-        gen = world.store_generation()
-        pg = world.pg
-        if pg is not None and not pg.broken and pg.gen == gen and pg.is_current():
-            return None
-        if pg is None:
-            why = "this rank had no process group yet"
-        elif pg.gen != gen:
-            why = self.debug.why_moved(world) or "a rank rejoined, or another rank's process group failed"
-        else:
-            why = pg.reason if pg.broken else "the notebook's code destroyed the process group"
-            world.bump_generation(gen)  # our own group of this generation: tell the others
-        n = world.turn()
-        label = f"rebuilding the process group before this cell's collective (step #{n}: {why})"
-        announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to rebuild "
-                                           f"the process group ({why})")
-        try:
-            world.meet(n, "rebuild", label, {}, TIMEOUTS["barrier"], on_tick=announce, working=world.busy_elsewhere,
-                       on_missed=cells.say)
-        except BarrierRefused as exc:
-            raise CellMismatchError(str(exc)) from None
-        self.rebuild_process_group(f"t{n}")
-        return why
+        """Before a plain cell's first collective: rebuild with every rank if the group is not trusted; why, or None."""
+        return rebuild.ensure(self)
 
     def _stop_requested(self, info: dict[str, Any]) -> None:
         """The guard saw a stop of every rank (%dist_stop, nbdist stop) while a cell runs here."""
@@ -437,7 +354,7 @@ class Session:
             raise
         return ranks
 
-    def _sync_generation(self, world: World, gen: int | None = None) -> int:
+    def sync_generation(self, world: World, gen: int | None = None) -> int:
         """Follow the world to a new generation (a rank was replaced): renumber, re-read ranks.
 
         The process group stays until the next cell that uses it rebuilds it. Returns the generation.
@@ -468,9 +385,9 @@ class Session:
             raise KeyboardInterrupt
         try:
             # A follower takes the generation its driver read a moment ago, and saves a round trip.
-            gen = self._sync_generation(world, None if align is None else align[0])
+            gen = self.sync_generation(world, None if align is None else align[0])
             if align is None:
-                step = world.turn()
+                step, self.start_turn = self.start_turn or world.turn(), None
                 self.drive.before(world, self.secret, "collective", source, follow.cell_flags(flags), step=step)
             else:
                 step = align[1]  # the driver's step, which it runs too
@@ -480,7 +397,7 @@ class Session:
             return cells.run(world, self.shell, source, flags, self.watch_client, self.hooks.params,
                              activate=self._activate, rebuild=self.rebuild_process_group, step=step,
                              state=self.group_state(world, gen), entered=self._entered, stopper=self.stopper,
-                             driver=driver)
+                             driver=driver, draw_live=self.process == "kernel")
         except StoreConnectionError as exc:
             marker = world.client.marker
             hosts = [i for i, r in enumerate(world.ranks)
@@ -496,11 +413,22 @@ class Session:
     def _entered(self) -> None:
         self.cell_entered = True
 
-    def before_cell(self, *_: Any) -> None:
-        """IPython's pre_run_cell event: a cell of the user runs from now (a stop may end it)."""
+    def before_cell(self, info: Any = None, *_: Any) -> None:
+        """IPython's pre_run_cell event: a cell of the user runs from now (a stop may end it).
+
+        A ``%%collective`` cell takes the world's next step now: a rank whose same cell fails before
+        nbdist's code (a typo in its flags) closes that step, and this rank, arriving after, fails at once
+        with the reason instead of waiting at the step after it.
+        """
         self.cell_entered = False
         self.stop_pressed = self.prestart.started() or self.stop_pressed
+        self.start_turn = None
         if self.world is not None:
+            if (getattr(info, "raw_cell", "") or "").lstrip().startswith("%%collective"):
+                try:
+                    self.start_turn = self.world.turn()
+                except StoreConnectionError:  # the cell itself will say so
+                    self.start_turn = None
             self.stopper.arm()
             if self.guard is not None:
                 self.guard.new_cell()
@@ -521,6 +449,7 @@ class Session:
         self.stopper.reset()  # not disarm(): an arm whose disarm a stop cut short must not outlive the cell
         if self.guard is not None:
             self.guard.running = False
+        step, self.start_turn = self.start_turn, None
         if self.world is None or self.cell_entered or error is None or not raw.lstrip().startswith("%%collective"):
             return
         if isinstance(error, DriveError):
@@ -528,15 +457,18 @@ class Session:
         interrupted = isinstance(error, KeyboardInterrupt)
         why = "interrupted its cell" if interrupted else f"could not start its cell ({type(error).__name__}: {error})"
         try:
-            self._sync_generation(self.world)
-            cells.abandon(self.world, why, interrupted)
+            self.sync_generation(self.world)
+            if step is not None:
+                cells.close(self.world, step, why, interrupted)  # the step this cell began with
+            else:
+                cells.abandon(self.world, why, interrupted)
         except StoreConnectionError as exc:
             log.info("could not tell the others this rank's cell did not start: %s", exc)
 
     def barrier(self, timeout: float, step: int | None = None) -> float:
         """All ranks meet at the world's next step (a follower: its driver's ``step``); returns the seconds waited."""
         world = self.require_world("%dist_barrier")
-        self._sync_generation(world)
+        self.sync_generation(world)
         if step is None:
             step = world.turn()
             self.drive.before(world, self.secret, "barrier", flags={"timeout": timeout}, step=step)
@@ -555,7 +487,7 @@ class Session:
         rows = []
         now = time.time()
         for i, info in enumerate(world.ranks):
-            last = world.client.get_json_if(world.key(f"last/{i}")) or {}
+            last = world.last(i)
             beat = world.client.get_json_if(f"hb/{info['session']}")
             left = world.client.check([world.key(f"left/{i}")])
             age = None if beat is None else max(0.0, now - beat["t"])
@@ -596,7 +528,7 @@ class Session:
         self.hooks.active, self.hooks.pg = None, None
         destroy_default()
         self.debug.restore()
-        self._restore_environment(keep=self._early)
+        self.environ.restore(keep=self.environ.early)
         if self.watch_client is not None:
             self.watch_client.close()
             self.watch_client = None
@@ -638,8 +570,8 @@ class Session:
     def close(self) -> None:
         """Leave, and stop the server this kernel hosts; idempotent (teardown, unload, exit)."""
         self.leave()
-        self._restore_environment()
-        self._early.clear()
+        self.environ.restore()
+        self.environ.early.clear()
         self.hooks.uninstall()
         capture.unroute_streams()
         progress.unpatch()
@@ -648,25 +580,3 @@ class Session:
         if self.server is not None:
             self.server.stop()
             self.server = None
-
-
-class _Announcement:
-    """A plain cell's wait at a step, said once in the cell after a moment: who it waits for, doing what."""
-
-    AFTER = 2.0  # seconds before a wait is worth a line
-
-    def __init__(self, world: World, step: int, what: str) -> None:
-        self.world, self.step, self.what = world, step, what
-        self.since = time.monotonic()
-        self.said = False
-
-    def __call__(self) -> None:
-        if self.said or time.monotonic() - self.since < self.AFTER:
-            return
-        self.said = True
-        name = f"{step_name(self.step)}/in"
-        waiting = [f"{self.world.describe(i)} ({self.world.doing(i)})" for i in range(self.world.world_size)
-                   if i != self.world.rank
-                   and (self.world.client.get_json_if(self.world.key(f"last/{i}")) or {}).get("barrier") != name]
-        print(f"{self.what}; waiting for {'; '.join(waiting) or 'the others'}. The stop button ends the wait.",
-              file=sys.stderr, flush=True)

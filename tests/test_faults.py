@@ -273,6 +273,7 @@ def test_a_token_is_required_when_the_world_has_one(start_kernels, port):
 def listener(port: int, code: str):
     """Another program listening on ``port`` (``code`` runs with ``s``, a listening socket)."""
     proc = subprocess.Popen([sys.executable, "-c", "import socket, time; s = socket.socket(); "
+                             "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "  # as servers bind
                              f"s.bind(('127.0.0.1', {port})); s.listen()\n{code}"])
     try:
         deadline = time.monotonic() + 30

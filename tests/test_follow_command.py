@@ -65,6 +65,9 @@ def test_torchrun_starts_two_followers_that_a_notebook_drives_until_it_releases_
             assert f"rank {rank} of 3 local" in r.text() and ": 6.0" in r.text(), r.text()
         r = driver.execute("%%collective\nif RANK == 2:\n    raise ValueError(f'bad on {RANK}')", timeout=60)
         assert r.status == "error" and "bad on 2" in r.text(), r.text()
+        # Long enough for a live table, and the followers wait for rank 0 at the end.
+        r = driver.execute("%%collective\nimport time; time.sleep(2 if RANK == 0 else 0.8); 'slept'", timeout=60)
+        assert r.status == "ok" and "slept" in r.text() and "stdout (differs)" not in r.text(), r.text()
         r = driver.execute("%dist_release", timeout=30)
         assert "released the world" in r.text(), r.text()
         code, out = _ended(torchrun, 30)
@@ -82,6 +85,8 @@ def test_torchrun_starts_two_followers_that_a_notebook_drives_until_it_releases_
         assert said[3].startswith("cell #1 from rank 0 (") and said[4].startswith("cell #2 from rank 0 ("), said
         assert said[5].startswith("the cell ended in an error (the driver's table shows it): "), said
         assert said[-1].startswith("released: rank 0 (") and "%dist_release" in said[-1], said
+    # A follower publishes its part of the live table for the notebooks, but draws none in its log.
+    assert "state: running" not in out and "── all 3 ranks" not in out, out
     for rank in (1, 2):
         assert f"rank {rank}: the cell ended in an error (the driver's table shows it): CollectiveError: rank 2 (" \
             in out, out

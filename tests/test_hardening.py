@@ -304,6 +304,24 @@ def test_a_rank_whose_collective_cannot_start_does_not_leave_the_others_waiting(
     ok(kernels.execute_all(world, ALL_REDUCE, timeout=60))
 
 
+@pytest.mark.timeout(120)
+def test_a_rank_slow_to_start_the_cell_another_rank_failed_to_start_fails_at_once(world):
+    """Rank 1's typo closes the cell's step before rank 0's kernel reaches nbdist's code (a pre_run_cell callback
+    of the user's holds it 1.5 s): rank 0 fails at that step with the reason, not at the next one after --timeout."""
+    slow = "import time\n_slow = lambda *a: time.sleep(1.5)\nget_ipython().events.register('pre_run_cell', _slow)\n"
+    assert world[0].execute(slow, timeout=30).status == "ok"
+    try:
+        t0 = time.monotonic()
+        r0, r1 = kernels.execute_all(world, ["%%collective --timeout 60\nx = 1\n",
+                                             "%%collective --timeuot 60\nx = 1\n"], timeout=90)
+        assert time.monotonic() - t0 < 10
+        assert r1.status == "error" and r1.error["ename"] == "UsageError"
+        assert r0.status == "error" and "could not start its cell (UsageError" in r0.error["evalue"], r0.error
+    finally:
+        assert world[0].execute("get_ipython().events.unregister('pre_run_cell', _slow)", timeout=30).status == "ok"
+    ok(kernels.execute_all(world, ALL_REDUCE, timeout=60))
+
+
 # --- C. Busy is not dead -------------------------------------------------------------------------
 
 REGEX = ("import re, time\n_t0 = time.monotonic()\nre.match(r'(a+)+$', 'a' * {n} + 'b')\n"

@@ -336,7 +336,7 @@ def test_pulse_exits_1_with_one_clear_line_when_nothing_listens(key: str) -> Non
         assert p.returncode == 1
         lines = p.error().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("nbdist pulse of rank 5: cannot reach the rendezvous server at 127.0.0.1:")
+    assert lines[0].startswith("nbdist heartbeat process of rank 5: cannot reach the rendezvous server at 127.0.0.1:")
     assert f":{port}" in lines[0] and "refused" in lines[0]
     assert p.error() == lines[0]  # still there after stop
 
@@ -349,7 +349,8 @@ def test_pulse_exits_1_when_the_server_goes_away(key: str) -> None:
         del m.store  # the last reference: the server stops and closes its connections
         wait_until(lambda: not p.running, 3, "the pulse to notice")
         assert p.returncode == 1
-        assert p.error().startswith(f"nbdist pulse of rank 1: the rendezvous server at 127.0.0.1:{m.port} "), p.error()
+        expected = f"nbdist heartbeat process of rank 1: the rendezvous server at 127.0.0.1:{m.port} "
+        assert p.error().startswith(expected), p.error()
 
 
 @pytest.mark.timeout(30)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 import os
 import signal
+import subprocess
+import sys
 import time
 
 from nbdist import demo
@@ -171,3 +173,31 @@ def test_a_loopback_master_and_a_misspelled_option_are_one_line_each_a_pending_j
     finally:
         k.shutdown()
         cluster.cancel_all()
+
+
+def test_an_exported_notebook_runs_as_two_srun_tasks_one_per_node_with_the_torchrun_values(slurm_cluster, tmp_path):
+    """``nbdist export`` then ``srun -N 2 -n 2 python SCRIPT``: the master is the job's first node (scontrol)."""
+    from pathlib import Path
+
+    from .exported import script_values
+
+    cluster = slurm_cluster
+    walkthrough = Path(__file__).resolve().parents[1] / "examples" / "one_notebook" / "walkthrough.ipynb"
+    script = tmp_path / "walkthrough.py"
+    exported = subprocess.run([sys.executable, "-m", "nbdist", "export", str(walkthrough), "-o", str(script)],
+                              capture_output=True, text=True, timeout=60)
+    assert exported.returncode == 0, exported.stderr
+    try:
+        done = cluster.run("srun", "-N", "2", "-n", "2", "--ntasks-per-node", "1", sys.executable, str(script),
+                           timeout=240)
+        assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:], cluster.logs())
+    finally:
+        cluster.cancel_all()
+    per_rank: dict[int, list[str]] = {0: [], 1: []}
+    for line in done.stdout.splitlines():
+        if line.startswith("[rank "):
+            rank, _, text = line[6:].partition("] ")
+            per_rank[int(rank)].append(text)
+    torchrun, _ = script_values(walkthrough)
+    assert per_rank[0] and per_rank == torchrun, (per_rank, torchrun)
+    assert "'same weights': True" in per_rank[1][-1]

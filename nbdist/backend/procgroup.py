@@ -238,7 +238,7 @@ class ProcessGroup:
         """Make every pending collective of these groups fail now, on every rank. Idempotent."""
         if self.broken:
             return
-        self.broken, self.reason = True, reason or "cut"
+        self.broken, self.reason = True, reason or "nbdist closed a stuck collective"
         if not self.is_current():
             return  # destroyed by user code: its connections are closed already
         if self.backend == "gloo":

@@ -3,7 +3,8 @@
 Owns the protocol's steps (``cells``), running and capturing the body
 (``capture``, ``outputlog``, ``progress``), checking collectives
 (``fingerprint``, ``history``, ``hooks``), watching and stopping a body
-(``watch``, ``stopper``, ``guard``, ``prestart``), the plain-cell safety net (``plain``), the
+(``watch``, ``stopper``, ``guard``, ``prestart``), the plain-cell safety net (``plain``),
+building and rebuilding the process group with every rank (``rebuild``), the
 live table (``live``) and what a finished cell shows (``outcome_view``).
 
 May import: the shared base, ``nbdist.world``, ``nbdist.backend`` and

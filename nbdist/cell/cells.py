@@ -183,7 +183,7 @@ def skipped(ranks: tuple[int, ...]) -> dict[str, Any]:
 def run(world: World, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
         params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[str], None],
         step: int, state: dict[str, Any], entered: Callable[[], None] | None = None,
-        stopper: Stopper | None = None, driver: int | None = None) -> Outcome:
+        stopper: Stopper | None = None, driver: int | None = None, draw_live: bool = True) -> Outcome:
     """Run ``source`` on this rank as the world's step ``step``, in lockstep with the others (see the module docstring).
 
     ``state`` is this rank's process-group state, as the others judge it (with
@@ -194,14 +194,15 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
     barriers, so no rank waits for it. ``entered`` is called once the cell has
     its turn (see :func:`abandon`); ``stopper`` lets the watcher end the body
     (--max-time, a stop of every rank); ``driver``, on a follower, is the rank
-    whose stop button ends this body too.
+    whose stop button ends this body too; ``draw_live`` False (a rank with no front end, ``nbdist follow``):
+    it publishes its part of the live table and draws none.
     """
     cell = step_name(step)
     try:
         if entered is not None:
             entered()
         return _run(world, step, cell, shell, source, flags, watch_client, params, activate, rebuild, stopper,
-                    driver, state)
+                    driver, state, draw_live)
     except StoreConnectionError:
         raise  # nobody can be told
     except BaseException as exc:
@@ -229,7 +230,7 @@ def abandon(world: World, reason: str, interrupted: bool = False) -> None:
 
 def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
          params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[str], None],
-         stopper: Stopper | None, driver: int | None, state: dict[str, Any]) -> Outcome:
+         stopper: Stopper | None, driver: int | None, state: dict[str, Any], draw_live: bool) -> Outcome:
     label = f"%%collective #{n}"
     timeout = flags.timeout
     digest = hashlib.sha256(source.encode()).hexdigest()
@@ -251,7 +252,10 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
                       on_tick=lambda: raise_if_failed(world, cell), trace=flags.trace, ranks=flags.ranks)
     output = OutputLog()
     body_thread = threading.get_ident()  # the body runs here: the live table samples where it is
-    live = LiveTable(world, cell, f"{label} · {world.world_size} ranks", output, shell.display_pub, flags.live,
+    # No front end (nbdist follow): publish this rank's part for the notebooks, draw nothing. A plain shell prints
+    # each display to stdout, which during the body is the body's own output: the table would fill its column.
+    publisher = shell.display_pub if draw_live else None
+    live = LiveTable(world, cell, f"{label} · {world.world_size} ranks", output, publisher, flags.live,
                      view=flags.view, show=flags.show, place=lambda: where(checker.inside or checker.reaching,
                                                                cell_line(body_thread)))
     body_started = time.monotonic()
@@ -306,7 +310,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     world.client.set(world.key(f"{cell}/out/{world.rank}"), fit(record))
     keys = [world.key(f"{cell}/out/{i}") for i in range(world.world_size)]
     try:
-        world.barrier(f"{cell}/out", timeout, f"{label} (end)",
+        world.barrier(f"{cell}/out", timeout, f"{label} (end)", then=f"finished {label}",
                       on_tick=lambda: _end_tick(world, cell, live, flags, body_started),
                       working=lambda _, last: at_work(cell, last) and _within_max_time(flags, body_started))
     except (NbdistError, KeyboardInterrupt) as exc:

@@ -134,6 +134,8 @@ class LiveTable:
         return f" (there for {now - seen[1]:.0f} s)"
 
     def _show(self, now: float) -> None:
+        if self.publisher is None:  # a rank with no front end: it publishes its part, draws nothing
+            return
         world = self.world
         records: list[dict[str, Any] | None] = []
         for i in range(world.world_size):

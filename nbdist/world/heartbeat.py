@@ -30,7 +30,7 @@ class Heartbeat:
         try:
             self.pulse = Pulse.start(client.host, client.port, self._key, rank)
         except OSError as exc:
-            log.warning("nbdist: no pulse process (%s); liveness falls back to a thread, which a long C call "
+            log.warning("nbdist: no heartbeat process (%s); liveness falls back to a thread, which a long C call "
                         "holding the GIL stops", exc)
         self._thread = threading.Thread(target=self._run, name="nbdist-heartbeat", daemon=True)
         self._thread.start()
@@ -46,7 +46,7 @@ class Heartbeat:
                         beat = self._client.get_json_if(self._key)
                         pulsing = beat is not None and beat.get("pulse") == pulse.pid
                 elif pulsing:
-                    log.warning("nbdist: the pulse process ended (%s); this thread beats instead",
+                    log.warning("nbdist: the heartbeat process ended (%s); this thread beats instead",
                                 pulse.error() if pulse is not None else "")
                     pulsing = False
                 if not pulsing:

@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a kernel that ignores SIGTERM must still be able to stop us
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the interrupt button is for the kernel, not for its pulse
     kernel = os.getppid()
-    me = "nbdist pulse" if args.rank is None else f"nbdist pulse of rank {args.rank}"
+    me = "nbdist heartbeat process" if args.rank is None else f"nbdist heartbeat process of rank {args.rank}"
     client = None
     try:
         client = WireClient(args.host, args.port)
@@ -309,12 +309,12 @@ class Pulse:
             try:
                 self._process.wait(STOP_GRACE)
             except subprocess.TimeoutExpired:
-                log.warning("pulse %d ignored SIGTERM for %g s; killing it", self.pid, STOP_GRACE)
+                log.warning("nbdist: heartbeat process %d ignored SIGTERM for %g s; killing it", self.pid, STOP_GRACE)
                 self._process.kill()
                 try:
                     self._process.wait(STOP_GRACE)
                 except subprocess.TimeoutExpired:  # stuck in the OS; nothing more to do from here
-                    log.warning("pulse %d did not exit after SIGKILL", self.pid)
+                    log.warning("nbdist: heartbeat process %d did not exit after SIGKILL", self.pid)
         with self._lock:  # closed only after the pulse ended, or it would read end-of-file and say "gone"
             if self._pipe is not None:
                 os.close(self._pipe)

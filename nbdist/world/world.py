@@ -192,6 +192,18 @@ class World:
         """Record what this rank is doing, for other ranks' timeouts and status."""
         self.client.set_json(self.key(f"last/{self.rank}"), {"what": what, "t": time.time(), **extra})
 
+    def last(self, rank: int) -> dict[str, Any]:
+        """What ``rank`` last recorded; a wait at a barrier that has opened since reads as passed it.
+
+        A rank records its next activity only once it runs again, so right after a cell the
+        slowest rank's record may still say it waits at the cell's end, which is over.
+        """
+        last = self.client.get_json_if(self.key(f"last/{rank}")) or {}
+        name, then = last.get("barrier"), last.get("then")
+        if name and then and (self.client.get_if(f"{self.key(name)}/state") or "").startswith("go"):
+            return {**last, "what": then}
+        return last
+
     def check_world(self) -> None:
         """Raise if this round was superseded or failed, or a rank left (for every wait slice)."""
         now = time.monotonic()
@@ -241,7 +253,8 @@ class World:
     # --- barriers -----------------------------------------------------------
     def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None,
                 verdict: Callable[[], str] | None = None, members: list[int] | None = None,
-                working: Callable[[int, dict[str, Any]], bool] | None = None, turn: int | None = None) -> str:
+                working: Callable[[int, dict[str, Any]], bool] | None = None, turn: int | None = None,
+                then: str | None = None) -> str:
         """Wait until every rank (or every one of ``members``) arrives at barrier ``name``, or fail naming who did not.
 
         The last rank to arrive opens the barrier with the state ``verdict``
@@ -261,6 +274,9 @@ class World:
 
         ``turn``: the barrier is the meeting of step ``turn`` (:meth:`meet`); opening or
         closing it takes that turn, before the barrier's state says so.
+
+        ``then``: what this rank's record reads as once the barrier has opened (:meth:`last`),
+        until the rank records what it does next; "passed LABEL" if not given.
         """
         base = self.key(name)
         expected = self.world_size if members is None else len(members)
@@ -271,7 +287,8 @@ class World:
                     self.take_turn(turn)
                 state = self.client.compare_set(f"{base}/state", "", decided)
             else:
-                self.note(f"waiting at {label}", barrier=name, **({} if turn is None else {"turn": turn}))
+                self.note(f"waiting at {label}", barrier=name, then=then or f"passed {label}",
+                          **({} if turn is None else {"turn": turn}))
                 state = self._wait_open(base, name, timeout, label, on_tick, members, working, turn)
         except KeyboardInterrupt as exc:  # wherever it lands (a store call defers it): nobody may wait for this rank
             user = type(exc) is KeyboardInterrupt

@@ -71,3 +71,32 @@ def test_a_follower_that_starts_while_the_driver_publishes_takes_that_cell(port)
         for c in clients:
             c.close()
         server.stop()
+
+
+def test_a_rank_recorded_waiting_at_a_barrier_that_has_opened_reads_as_past_it(port):
+    # Status right after a cell: the slowest rank has not yet recorded that it got through the cell's end.
+    server = Server("127.0.0.1", port)
+    clients = [connect("127.0.0.1", port) for _ in range(2)]
+    try:
+        worlds = [World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate(clients)]
+        t = threading.Thread(target=lambda: worlds[0].barrier("g0/t/2", 30, "%%collective #1 (end)",
+                                                                then="finished %%collective #1"), daemon=True)
+        t.start()
+        deadline = time.monotonic() + 5
+        while "barrier" not in worlds[1].last(0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert worlds[1].last(0)["what"] == "waiting at %%collective #1 (end)"  # not open yet: still waiting
+        assert worlds[1].barrier("g0/t/2", 30, "%%collective #1 (end)") == "go"
+        t.join(5)
+        assert worlds[1].last(0)["what"] == "finished %%collective #1"  # as it will record
+        worlds[0].note("running %%collective #2")
+        # TCPStore's set is not answered: another connection sees it a moment later.
+        deadline = time.monotonic() + 5
+        while worlds[1].last(0)["what"] != "running %%collective #2" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert worlds[1].last(0)["what"] == "running %%collective #2"  # its next record is shown as it is
+        assert worlds[0].last(1) == {}  # rank 1 opened it, recording nothing
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()

@@ -1,0 +1,124 @@
+"""Building this rank's process group, and rebuilding it with every rank when it cannot be trusted.
+
+Every rank builds at the same point (its join, a step's tag), on a prefix of the store every rank
+takes alike. A group that was cut (a stopped collective), found broken (a failed cell), destroyed by
+the notebook's code, or built in an older generation (a rank rejoined) is rebuilt before it is used:
+a ``%%collective`` decides that at its start (:mod:`nbdist.cell.cells`), a plain cell before its first
+collective (:func:`ensure`). ``session``: the kernel's :class:`nbdist.session.Session`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from ..backend import envplan
+from ..backend.procgroup import ProcessGroup, destroy_default
+from ..config import TIMEOUTS
+from ..errors import CellMismatchError
+from ..world.store import run_in_thread
+from ..world.world import BarrierRefused, World, step_name
+from . import cells
+
+BUILT_HCCL = "this kernel has built an HCCL process group already"
+
+
+def build(session: Any, tag: str) -> None:
+    """Build this world's process group afresh (every rank does it at the same point)."""
+    world = session.world
+    assert world is not None and session.client is not None and session.choice is not None
+    old, world.pg, session.hooks.pg = world.pg, None, None
+    if old is not None:
+        old.cut("rebuilt")  # nothing may still wait on it, or destroying it would hang
+        old.destroy()
+    destroy_default()
+    # The group's waits in the store (gloo's eager set-up, NCCL's and HCCL's lazy one at the first
+    # collective) get the group's timeout: torch sets it on the store only when it makes the store itself.
+    store = session.client.clone(op_timeout=session.pg_timeout).raw()
+    if session.choice.backend == "hccl" and session.npu_seen is None:
+        session.npu_seen = {key: os.environ.get(key) for key in envplan.READ_ONCE}
+        session.npu_seen_when = BUILT_HCCL
+    # One build per step (tag "t<n>") or join: every rank takes the same prefix, whatever generation it read.
+    prefix = f"nbdist/r/{world.round}/pg/{tag}/"
+    session.sync_generation(world)
+    session.debug.before_build(world, session.choice.backend, session.environ_for_config())
+
+    def make() -> ProcessGroup:
+        return ProcessGroup(session.choice.backend, store, prefix, world.rank, world.world_size, session.pg_timeout)
+
+    world.pg = run_in_thread(make, session.pg_timeout, "initialising the process group")
+    world.pg.gen = world.gen
+    session.hooks.pg = world.pg
+
+
+def state(session: Any, world: World, gen: int) -> dict[str, Any]:
+    """This rank's process-group state as the others judge it at a step, with the generation it was built in.
+
+    ``gen``: the world's generation now; a group of an older one is not trusted.
+    """
+    pg = world.pg
+    if pg is None:
+        return {"ok": False, "why": "it has no process group yet"}
+    now = pg.state()
+    if now.get("ok") and pg.gen != gen:
+        now = {"ok": False, "why": session.debug.why_moved(world) or "a rank rejoined, or another rank's process "
+                                                                     "group failed, since its group was built"}
+    return {**now, "gen": pg.gen}
+
+
+def ensure(session: Any) -> str | None:
+    """Before a plain cell's first collective: rebuild the process group, with every rank, if it cannot be trusted.
+
+    It cannot when it was cut or found broken (a stopped collective, a failed cell), or when the
+    world moved to a new generation since it was built (a rank rejoined, another rank's group
+    failed). The rank that finds its own group of this generation broken moves the world on, and
+    every rank then rebuilds at a step of its own (a %%collective decides this at its start).
+    Returns why it rebuilt, or None.
+    """
+    world = session.require_world("a collective")
+    gen = world.store_generation()
+    pg = world.pg
+    if pg is not None and not pg.broken and pg.gen == gen and pg.is_current():
+        return None
+    if pg is None:
+        why = "this rank had no process group yet"
+    elif pg.gen != gen:
+        why = session.debug.why_moved(world) or "a rank rejoined, or another rank's process group failed"
+    else:
+        why = pg.reason if pg.broken else "the notebook's code destroyed the process group"
+        world.bump_generation(gen)  # our own group of this generation: tell the others
+    n = world.turn()
+    label = f"rebuilding the process group before this cell's collective (step #{n}: {why})"
+    announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to rebuild "
+                                       f"the process group ({why})")
+    try:
+        world.meet(n, "rebuild", label, {}, TIMEOUTS["barrier"], on_tick=announce, working=world.busy_elsewhere,
+                   on_missed=cells.say)
+    except BarrierRefused as exc:
+        raise CellMismatchError(str(exc)) from None
+    build(session, f"t{n}")
+    return why
+
+
+class _Announcement:
+    """A plain cell's wait at a step, said once in the cell after a moment: who it waits for, doing what."""
+
+    AFTER = 2.0  # seconds before a wait is worth a line
+
+    def __init__(self, world: World, step: int, what: str) -> None:
+        self.world, self.step, self.what = world, step, what
+        self.since = time.monotonic()
+        self.said = False
+
+    def __call__(self) -> None:
+        if self.said or time.monotonic() - self.since < self.AFTER:
+            return
+        self.said = True
+        name = f"{step_name(self.step)}/in"
+        waiting = [f"{self.world.describe(i)} ({self.world.doing(i)})" for i in range(self.world.world_size)
+                   if i != self.world.rank
+                   and (self.world.client.get_json_if(self.world.key(f"last/{i}")) or {}).get("barrier") != name]
+        print(f"{self.what}; waiting for {'; '.join(waiting) or 'the others'}. The stop button ends the wait.",
+              file=sys.stderr, flush=True)
