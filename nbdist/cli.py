@@ -1,4 +1,4 @@
-"""The ``nbdist`` command: ``demo``, ``run``, ``bench``, ``follow``, ``serve``, ``env``, ``doctor`` and ``stop``."""
+"""The ``nbdist`` command: demo, run, bench, follow, export, serve, env, doctor and stop."""
 
 from __future__ import annotations
 
@@ -82,6 +82,51 @@ def _follow(args: argparse.Namespace) -> int:
     return headless.run(args, make_session)
 
 
+def _export(args: argparse.Namespace) -> int:
+    import tempfile
+    from pathlib import Path
+
+    import nbformat
+    from IPython.core.magic_arguments import parse_argstring
+
+    from .errors import ExportError
+    from .job import convert, launch
+    from .magics import DistMagics
+
+    if args.run is not None and args.run < 1:
+        print(f"nbdist export: --run takes a number of ranks, at least 1, not {args.run}", file=sys.stderr)
+        return 2
+    source = Path(args.notebook)
+    try:
+        nb = nbformat.read(source, as_version=4)
+    except (OSError, ValueError) as exc:
+        print(f"nbdist export: cannot read {source}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        script = convert.export(nb, source.name, lambda line: parse_argstring(DistMagics.dist_init, line),
+                                lambda line: parse_argstring(DistMagics.collective, line), args.allow_ipython)
+    except ExportError as exc:
+        print(f"nbdist export: {source}: {exc}", file=sys.stderr)
+        return 1
+    for note in script.notes:
+        print(f"nbdist export: {note}", file=sys.stderr)
+    target = Path(args.out) if args.out else None
+    if target is None and args.run is None:
+        target = source.with_suffix(".py")
+    if target is not None:
+        target.write_text(script.text, encoding="utf-8")
+        print(f"nbdist export: wrote {target}", file=sys.stderr)
+    if args.run is None:
+        return 0
+    extra = args.script_flags
+    with tempfile.TemporaryDirectory(prefix="nbdist-export-") as folder:
+        path = target or Path(folder) / source.with_suffix(".py").name
+        if target is None:
+            path.write_text(script.text, encoding="utf-8")
+        print(f"nbdist export: {' '.join(launch.command(path, args.run, extra))}", file=sys.stderr, flush=True)
+        return launch.run(path, args.run, extra)
+
+
 def _world_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master-addr", required=True, help="rank 0's address")
     parser.add_argument("--master-port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
@@ -152,7 +197,8 @@ def _stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``nbdist`` command's parser, each subcommand's ``func`` set (the docs' CLI reference is drawn from it)."""
     parser = argparse.ArgumentParser(prog="nbdist", description="Jupyter notebooks as ranks of one torch world")
     parser.add_argument("--version", action="version", version=f"nbdist {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -212,6 +258,25 @@ def main(argv: list[str] | None = None) -> int:
                     "refused cell, driver gone), 2 for bad arguments, 130 on Ctrl-C or SIGTERM.")
     headless.add_arguments(follow)
     follow.set_defaults(func=_follow)
+    export = sub.add_parser(
+        "export", help="write a rank notebook as a script for torchrun or srun (--run N: and run it on N ranks)",
+        usage="nbdist export [-h] [-o SCRIPT] [--run N] [--allow-ipython] NOTEBOOK [-- SCRIPT_FLAGS...]",
+        epilog="With --run, the flags after -- go to the script, e.g. nbdist export nb.ipynb --run 2 -- --epochs 3",
+        description="Write NOTEBOOK as one Python script that a launcher runs once per rank: %%dist_init becomes "
+                    "nbdist.script.init() (the world from torchrun's or Slurm's variables, with the notebook's "
+                    "backend, device, --env, --pg-timeout and --debug), %%collective bodies and plain cells "
+                    "follow in order, %dist_barrier is dist.barrier(), display magics are dropped, the parameters "
+                    "cell's names become --NAME VALUE flags and each cell's last expression is printed. Cells "
+                    "tagged nbdist-skip or raises-exception are left out. Exits 0, 1 if a cell has no script "
+                    "form (it names the cell and line), 2 for bad arguments; with --run, torchrun's status.")
+    export.add_argument("notebook", metavar="NOTEBOOK", help="the notebook (one that runs %%%%dist_init)")
+    export.add_argument("-o", "--out", default=None, metavar="SCRIPT",
+                        help="where to write the script (default: NOTEBOOK with .py; with --run, a temporary file)")
+    export.add_argument("--run", type=int, default=None, metavar="N",
+                        help="then run it under torchrun --standalone --nproc-per-node N, each line marked [rank k]")
+    export.add_argument("--allow-ipython", action="store_true",
+                        help="keep IPython-only lines (!cmd, %%timeit, other magics) as comments instead of refusing")
+    export.set_defaults(func=_export)
     serve = sub.add_parser("serve", help="run a standalone rendezvous server")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
@@ -238,7 +303,18 @@ def main(argv: list[str] | None = None) -> int:
     stop.add_argument("--master-port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
     stop.add_argument("--token", default=None, help="the world's token (else NBDIST_TOKEN); never shown")
     stop.set_defaults(func=_stop)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    script_flags: list[str] = []
+    if argv[:1] == ["export"] and "--" in argv:  # nbdist export NB --run 2 -- --epochs 3: the script's own flags
+        cut = argv.index("--")
+        argv, script_flags = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    args.script_flags = script_flags
     return args.func(args)
 
 

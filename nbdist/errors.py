@@ -121,3 +121,7 @@ def by_name(name: str) -> type[NbdistError] | type[StopRequest] | None:
     classes = (CollectiveMismatchError, CellMismatchError, PeerFailedError, PeerLostError, StoreConnectionError,
                WaitTimeout, WorldChangedError, StoppedError, MaxTimeError, SkippedRanksError)
     return next((c for c in classes if c.__name__ == name), None)
+
+
+class ExportError(NbdistError, ValueError):
+    """A notebook has a cell that ``nbdist export`` cannot write as a script (it names the cell and line)."""

@@ -12,7 +12,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nbdist"
 BASE = "base"  # errors, config, _version: under everything
-TOP = "top"  # the entry points: magics, session, cli, demo, __init__, __main__
+TOP = "top"  # the entry points: magics, extension, session, cli, demo, script, __init__, __main__
 BASE_MODULES = {"errors", "config", "_version"}
 
 # What each part may import, besides itself and the base. The top may import anything.
@@ -24,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "cell": {"world", "backend", "view"},
     "drive": {"world", "backend", "view", "cell"},
     "measure": {"world", "backend", "view", "cell", "drive"},
+    "job": {"world", "backend", "view", "drive"},
 }
 PARTS = set(ALLOWED) - {BASE}
 
@@ -152,7 +153,7 @@ def test_each_part_says_what_it_owns_and_may_import():
 
 def test_the_top_holds_only_the_entry_points_and_the_shared_base():
     top = {p.stem for p in PACKAGE.glob("*.py")}
-    assert top == {"__init__", "__main__", "magics", "session", "cli", "demo"} | BASE_MODULES
+    assert top == {"__init__", "__main__", "magics", "extension", "session", "cli", "demo", "script"} | BASE_MODULES
 
 
 # --- the checker itself, on made-up graphs: it must be able to fail --------------------------------

@@ -1,0 +1,89 @@
+"""Per-rank values of a notebook run (``nbdist run``) and of its exported script run (``nbdist export --run``).
+
+A notebook's values are read from the cells' own captures: after each ``%%collective`` cell a plain cell
+(added to a copy of the notebook) stores every rank's printed lines, displays' text and Out row, as the
+cell's table holds them; the script's values are its ``[rank k]`` lines on stdout. Both are lists of lines
+per rank, in order: what the two must agree on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+from .conftest import free_port
+
+_SETUP = '''_nbdist_values = []
+
+
+def _nbdist_texts(capture):
+    lines = []
+    for out in (capture or {}).get("outputs", []):
+        if out["kind"] == "stdout":
+            lines += out["text"].splitlines()
+        elif out["kind"] == "display":
+            lines += out["data"].get("text/plain", "").splitlines()
+    result = (capture or {}).get("result") or {}
+    if result.get("text/plain"):
+        text = result["text/plain"].splitlines()
+        lines += [f"Out: {text[0]}", *text[1:]]
+    return lines
+'''
+_RECORD = '''import nbdist.magics as _nbdist_magics
+_nbdist_values.append([_nbdist_texts(c) for c in _nbdist_magics.registered().last_outcome.captures])
+'''
+_WRITE = '''import json as _nbdist_json
+with open({path!r} + f".{{RANK}}.json", "w") as _nbdist_file:
+    _nbdist_json.dump(_nbdist_values, _nbdist_file)
+'''
+_MARK = re.compile(r"^\[rank (\d+)\] (.*)$")
+
+
+def _kept(cell: nbformat.NotebookNode) -> bool:
+    return not {"raises-exception", "nbdist-skip"} & set(cell.metadata.get("tags", []))
+
+
+def recording_copy(path: Path, out: Path, values: Path) -> Path:
+    """A copy of notebook ``path`` in ``out`` that writes each kept cell's per-rank lines to ``values.RANK.json``."""
+    nb = nbformat.read(path, as_version=4)
+    cells = [nbformat.v4.new_code_cell(_SETUP)]
+    for cell in nb.cells:
+        cells.append(cell)
+        if cell.cell_type == "code" and cell.source.startswith("%%collective") and _kept(cell):
+            cells.append(nbformat.v4.new_code_cell(_RECORD))
+    cells.append(nbformat.v4.new_code_cell(_WRITE.format(path=str(values))))
+    nb.cells = cells
+    copy = out / path.name
+    nbformat.write(nb, copy)
+    return copy
+
+
+def notebook_values(paths: list[Path], tmp: Path, *flags: str) -> dict[int, list[str]]:
+    """Each rank's lines over the kept ``%%collective`` cells of ``paths`` run by ``nbdist run FLAGS``."""
+    copies = tmp / "copies"
+    copies.mkdir(exist_ok=True)
+    values = tmp / "values"
+    run = [sys.executable, "-m", "nbdist", "run", *(str(recording_copy(p, copies, values)) for p in paths),
+           "--out", str(tmp / "executed"), "--master-port", str(free_port()), *flags]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"nbdist run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    cells = json.loads(Path(f"{values}.0.json").read_text())
+    return {rank: [line for cell in cells for line in cell[rank]] for rank in range(len(cells[0]))}
+
+
+def script_values(path: Path, nproc: int = 2, *args: str) -> tuple[dict[int, list[str]], str]:
+    """Each rank's ``[rank k]`` lines on stdout of ``nbdist export PATH --run NPROC``, and its stderr."""
+    done = subprocess.run([sys.executable, "-m", "nbdist", "export", str(path), "--run", str(nproc), *args],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"the exported script failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    per_rank: dict[int, list[str]] = {r: [] for r in range(nproc)}
+    for line in done.stdout.splitlines():
+        match = _MARK.match(line)
+        if match:
+            per_rank[int(match[1])].append(match[2])
+    return per_rank, done.stderr
