@@ -27,6 +27,8 @@ import statistics
 import time
 from typing import Any
 
+from _common import figure
+
 from nbdist.drive import kernels
 
 SETUP = """\
@@ -55,6 +57,13 @@ TARGETS = [
 ]
 TRACE_TARGET_US = 2.0
 TRACE_TARGET = "target: --trace records a collective in <= 2 us"
+DOC_LABELS = {
+    "raw": "torch's own `all_reduce`, plain cell",
+    "plain": "`dist.all_reduce`, plain cell (nbdist's wrapper)",
+    "checked": "`%%collective` (checked)",
+    "nocheck": "`%%collective --no-check`",
+    "trace": "`%%collective --trace`",
+}
 
 
 def pin(ks: list[kernels.Kernel]) -> list[int] | None:
@@ -93,8 +102,9 @@ def eval_pair(text: str) -> tuple[float, float]:
     return wall, cpu
 
 
-def report_loop(n_ranks: int, seen: dict[str, list[tuple[float, float]]], n: int) -> list[str]:
-    """Print the loop figure; returns the target lines with their verdicts."""
+def report_loop(n_ranks: int, seen: dict[str, list[tuple[float, float]]],
+                n: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """Print the loop figure; returns the target lines with their verdicts, and the headline figures."""
     runs = len(seen["raw"])
     print(f"-- {n_ranks} ranks: the loop figure: {n} one-element all_reduces timed inside the kernel, "
           f"{runs} rounds, kinds interleaved (per round: the largest over the ranks) --")
@@ -106,9 +116,13 @@ def report_loop(n_ranks: int, seen: dict[str, list[tuple[float, float]]], n: int
               f"{cpu[key] / cpu['raw']:>6.2f}x")
     for key, _, _ in KINDS:
         print(f"  {key} every round, wall µs: " + " ".join(f"{w:.0f}" for w, _ in seen[key]))
+    rows = [figure(f"loop: {DOC_LABELS[key]}, wall per call, {n_ranks} ranks", [w for w, _ in seen[key]], "µs",
+                   decimals=1) for key, _, _ in KINDS]
     lines = []
     for key, limit, text in TARGETS:
         ratio = wall[key] / wall["raw"]
+        rows.append(figure(f"loop: {DOC_LABELS[key]} over raw (ratio of medians)", [], "x", median=ratio, runs=runs,
+                           target=f"≤ {limit:g}x", met=ratio <= limit))
         lines.append(f"{text}\n  {'met' if ratio <= limit else 'NOT met'}: {ratio:.2f}x "
                      f"({wall[key]:.1f} against {wall['raw']:.1f} µs, medians of wall time)")
     checked, traced = recording_cost()
@@ -118,7 +132,10 @@ def report_loop(n_ranks: int, seen: dict[str, list[tuple[float, float]]], n: int
     lines.append(f"{TRACE_TARGET}\n  {'met' if extra <= TRACE_TARGET_US else 'NOT met'}: {extra:+.2f} µs per call "
                  f"(nbdist's own Python, timed around a no-op; in the loop above: {cpu['trace'] - cpu['checked']:+.1f} "
                  f"µs CPU, {wall['trace'] - wall['checked']:+.1f} µs wall, within the noise)")
-    return lines
+    rows.append(figure("`--trace`: recording one call (`Checker.call` around a no-op, CPU; median of 7 repeats)", [],
+                       "µs", median=extra, runs=7, signed=True, target=f"≤ {TRACE_TARGET_US:g} µs",
+                       met=extra <= TRACE_TARGET_US))
+    return lines, rows
 
 
 def recording_cost(n: int = 50_000) -> tuple[float, float]:

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 
-from _common import load_note
+from _common import begin, figure, load_note, record
 
 from nbdist.drive import kernels
 from nbdist.measure.benchreport import OPS, format_size, parse_ops, parse_sizes, row
@@ -149,8 +149,9 @@ def run_plain(ks: list[kernels.Kernel], code: str, itemsize: int, dtype: str) ->
     return rows
 
 
-def run_size(n: int, args: argparse.Namespace) -> list[float]:
-    """Every run at world size ``n``; prints the table; returns the per-op-and-size ratios of medians."""
+def run_size(n: int, args: argparse.Namespace, rows: list[dict]) -> list[float]:
+    """Every run at world size ``n``; prints the table, adds the headline figures to ``rows`` (the median ratio,
+    and each op's busbw at the largest size); returns the per-op-and-size ratios of medians."""
     from nbdist.measure.benchreport import element_count
 
     itemsize = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}[args.dtype]
@@ -184,6 +185,7 @@ def run_size(n: int, args: argparse.Namespace) -> list[float]:
           "(GB/s; medians over the runs)")
     ratios: list[float] = []
     paired: list[float] = []
+    largest: list[dict] = []  # each op's busbw at its largest size
     for op in ops:
         for count in counts[op]:
             key = (op, count)
@@ -193,8 +195,18 @@ def run_size(n: int, args: argparse.Namespace) -> list[float]:
             ratio = bench / plain
             ratios.append(ratio)
             paired += each
+            if count == counts[op][-1]:
+                size = format_size(count * itemsize)
+                largest += [figure(f"{n} ranks, `{op}` {size}: busbw, {label}", [r[key]["busbw_gbps"] for r in runs],
+                                   "GB/s", spread="min–max", decimals=3)
+                            for label, runs in (("`%dist_bench`", bench_runs), ("plain torch loop", plain_runs))]
             print(f"{op:<15}{format_size(count * itemsize):>6}  {bench:>12.4f}  {plain:>12.4f}  {ratio:>6.3f}   "
                   + " ".join(f"{x:.2f}" for x in each))
+    rows.append(figure(
+        f"{n} ranks: `%dist_bench` busbw over the plain loop's (median of the ratios of medians per op and size; "
+        "spread over ops and sizes)", ratios, "", spread="min–max", decimals=3, runs=args.runs,
+        target=f"≥ {TARGET_RATIO:g}", met=statistics.median(ratios) >= TARGET_RATIO))
+    rows += largest
     print(f"median ratio at {n} ranks: {statistics.median(ratios):.3f} (of the {len(ratios)} ratios of medians "
           f"above); median of all {len(paired)} paired per-run ratios: {statistics.median(paired):.3f} "
           f"({time.perf_counter() - started:.0f} s)", flush=True)
@@ -218,11 +230,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    began = begin()
     print(load_note("at start"), flush=True)
     medians: dict[int, float] = {}
+    rows: list[dict] = []
     try:
         for n in args.world_sizes:
-            medians[n] = statistics.median(run_size(n, args))
+            medians[n] = statistics.median(run_size(n, args, rows))
     except Exception as exc:  # a failed cell, a kernel that did not start or answer
         print(f"\nbench_vs_raw: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -232,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     print(TARGET)
     for n, ratio in medians.items():
         print(f"  {'met' if ratio >= TARGET_RATIO else 'NOT met'}: median ratio {ratio:.3f} at {n} ranks")
+    record("bench_vs_raw", "Bandwidth as `%dist_bench` measures it against a plain torch loop of the same calls, "
+           f"same kernels, interleaved ({args.runs} runs of each)", rows, began,
+           ["gloo on loopback, CPU; the NCCL and HCCL path is the same code (device tensors, a synchronize after "
+            "each iteration) but unmeasured here."])
     return 0
 
 

@@ -74,7 +74,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from _common import load_note
+from _common import begin, figure, load_note, record
 from _loop import report_loop, time_loop
 
 from nbdist.drive import kernels
@@ -86,6 +86,8 @@ KINDS = [
     ("nocheck", "(d) %%collective --no-check  all_reduce",
      "%%collective --no-check\nt = torch.ones(4); dist.all_reduce(t)"),
 ]
+DOC_LABELS = {"plain": "(a) plain cell `x = 1`", "trivial": "(b) `%%collective` `x = 1`",
+              "allreduce": "(c) `%%collective` small `all_reduce`", "nocheck": "(d) the same with `--no-check`"}
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TARGET_MS = 3.0
@@ -479,6 +481,33 @@ def report(n: int, times: dict[str, list[float]], runs: int) -> float:
     return added
 
 
+def cell_rows(n: int, times: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """The headline figures of one world size, for the docs (what report() prints)."""
+    rows = [figure(f"{DOC_LABELS[key]}, {n} ranks", [v * 1000 for v in times[key]], "ms") for key, _, _ in KINDS]
+
+    def paired(a: str, b: str) -> list[float]:
+        return [(y - x) * 1000 for x, y in zip(times[a], times[b], strict=True)]
+
+    target = {"target": "≤ 3 ms", "met": median_ms(times["trivial"]) - median_ms(times["plain"]) <= TARGET_MS}
+    rows.append(figure(f"(b) over (a), {n} ranks (difference of medians; spread of the paired differences)",
+                       paired("plain", "trivial"), "ms", signed=True,
+                       median=median_ms(times["trivial"]) - median_ms(times["plain"]), **(target if n == 2 else {})))
+    rows.append(figure(f"fingerprint check, (c) over (d), {n} ranks", paired("nocheck", "allreduce"), "ms",
+                       signed=True, median=median_ms(times["allreduce"]) - median_ms(times["nocheck"])))
+    return rows
+
+
+def live_rows(runs: list[BusyRun], slowdown: float) -> list[dict[str, Any]]:
+    """The live table's figures, for the docs: the busy body's wall time (slowest rank) with and without it."""
+    rows = [figure(f"busy 10 s body, {'live table (default)' if live else '`--no-live`'}, 2 ranks (slowest rank)",
+                   [max(r.walls) for r in runs if r.live == live], "s", spread="min–max", decimals=3)
+            for live in (True, False)]
+    rows.append(figure("live table's slowdown of the busy body (ratio of medians, on the rank where it is largest)",
+                       [], "%", median=slowdown, runs=sum(r.live for r in runs), signed=True,
+                       target="≤ 2%", met=slowdown <= LIVE_TARGET_PCT))
+    return rows
+
+
 def report_inside(n: int, pooled: dict[str, list[float]], per_rank: int) -> None:
     print(f"-- {n} ranks: inside the kernels ({per_rank} runs per rank, all {n} ranks pooled) --")
     print(f"{'piece':<42} {'median ms':>10} {'p90 ms':>10}")
@@ -486,7 +515,8 @@ def report_inside(n: int, pooled: dict[str, list[float]], per_rank: int) -> None
         print(f"{key:<42} {median_ms(values):>10.3f} {p90_ms(values):>10.3f}")
 
 
-def run_size(n: int, args: argparse.Namespace) -> tuple[float, float | None, list[str]]:
+def run_size(n: int, args: argparse.Namespace, rows: list[dict[str, Any]]) -> tuple[float, float | None, list[str]]:
+    """Measure one world size; prints its figures and adds the headline ones to ``rows``."""
     port = free_port()
     print(f"\nstarting {n} kernels; rendezvous 127.0.0.1:{port}", flush=True)
     started = time.perf_counter()
@@ -496,16 +526,22 @@ def run_size(n: int, args: argparse.Namespace) -> tuple[float, float | None, lis
         print(f"world of {n} formed {time.perf_counter() - started:.1f} s after the kernels were started", flush=True)
         times = time_cells(ks, args.runs, args.warmup, args.timeout)
         added = report(n, times, args.runs)
+        rows += cell_rows(n, times)
         if args.inner > 0:
-            report_inside(n, time_inside(ks, args.inner, args.timeout + args.inner), args.inner)
+            pooled = time_inside(ks, args.inner, args.timeout + args.inner)
+            report_inside(n, pooled, args.inner)
+            rows += [figure(f"inside the kernel: `{key}`, {n} ranks", [v * 1000 for v in pooled[key]], "ms",
+                            decimals=3) for key in ("Session.collective(x = 1)", "World.barrier")]
         loop: list[str] = []
         if n == 2 and args.loop_runs > 0:
-            loop = report_loop(n, time_loop(ks, args.loop_runs, args.loop_n, args.timeout, check, args.pin),
-                               args.loop_n)
+            loop, loop_rows = report_loop(n, time_loop(ks, args.loop_runs, args.loop_n, args.timeout, check,
+                                                       args.pin), args.loop_n)
+            rows += loop_rows
         slowdown = None
         if n == 2 and args.live_runs > 0:  # before the store profile, whose wrappers stay in the kernels
             per_step, rates, runs, profiled = time_live(ks, args.live_runs, args.timeout, args.profile)
             slowdown = report_live(n, per_step, rates, runs, args.live_runs)
+            rows += live_rows(runs, slowdown)
             if profiled:
                 report_live_profile(n, profiled)
         if args.profile:
@@ -555,13 +591,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    began = begin()
     print(load_note("at start"), flush=True)
+    rows: list[dict[str, Any]] = []
     added: dict[int, float] = {}
     slowdown: float | None = None
     loop: list[str] = []
     try:
         for n in args.sizes:
-            added[n], live, looped = run_size(n, args)
+            added[n], live, looped = run_size(n, args, rows)
             slowdown = live if live is not None else slowdown
             loop = looped or loop
     except Exception as exc:  # a failed cell, a kernel that did not start or answer
@@ -583,6 +621,10 @@ def main(argv: list[str] | None = None) -> int:
         print("  not measured (--live-runs 0, or 2 is not among --world-sizes)")
     for line in loop or ["loop figure: not measured (--loop-runs 0, or 2 is not among --world-sizes)"]:
         print(line)
+    record("cell_overhead", "What a `%%collective` cell costs over a plain cell (client wall time, execute request "
+           "until every rank is idle; interleaved)", rows, began,
+           ["Loopback, gloo, CPU. At 4 ranks on a 2-core machine the kernels share the cores: those figures "
+            "measure the machine as much as nbdist."])
     return 0
 
 

@@ -100,7 +100,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # for tests.slurm (the two-node cluster)
 
-from _common import load_note  # noqa: E402
+from _common import begin, figure, load_note, record  # noqa: E402
 from cell_overhead import ANSI, BenchError  # noqa: E402
 
 from nbdist.drive import kernels  # noqa: E402
@@ -396,6 +396,25 @@ def report(times: dict[str, list[dict[str, float]]], args: argparse.Namespace) -
     return figures
 
 
+def variant(args: argparse.Namespace) -> str:
+    """The figures' name: one per kind of comparison, so that each is kept (the README quotes them all)."""
+    tuned = args.ipp_delay is not None or args.ipp_heartbeat_ms is not None
+    return ("cluster_start" + ("-nbdist-only" if args.skip else "") + ("-ipp-tuned" if tuned else "")
+            + ("-ipp-torch" if args.ipp_torch else ""))
+
+
+def side_figures(times: dict[str, list[dict[str, float]]], figures: dict[str, Any]) -> list[dict[str, Any]]:
+    """The headline figures, for the docs: each side's seconds to a formed world, and the ratio."""
+    labels = {"nbdist": "nbdist: `%dist_init --spawn 3 --slurm ...` until the world is formed",
+              "ipyparallel": "ipyparallel: `start_cluster()` to `wait_for_engines(2)`"}
+    rows = [figure(labels[side], [r["formed"] for r in runs], "s", spread="min–max") for side, runs in times.items()
+            if runs]
+    if "ratio" in figures:
+        rows.append(figure("ratio of medians, nbdist / ipyparallel", [], "x", median=figures["ratio"],
+                           runs=len(times["nbdist"]), target=f"≤ {TARGET:g}x", met=figures["target_met"]))
+    return rows
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -435,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 1
         sides.append(Ipyparallel(args.ipp_delay, args.ipp_heartbeat_ms, args.ipp_torch))
+    began = begin()
     print(load_note("at start"), flush=True)
     for key in [k for k in os.environ if k.startswith(FOREIGN)]:
         del os.environ[key]  # the caller's own Slurm settings must not reach this cluster
@@ -503,6 +523,15 @@ def main(argv: list[str] | None = None) -> int:
                        slurm=slurm, cores=os.cpu_count(), load_average_end=os.getloadavg()[0])
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
         print(f"figures written to {args.json}")
+    delay = "its default 1 s" if args.ipp_delay is None else f"{args.ipp_delay:g} s"
+    beat = "its default 3000 ms" if args.ipp_heartbeat_ms is None else f"{args.ipp_heartbeat_ms} ms"
+    engines = ("also import torch and join a gloo world (`--ipp-torch`)" if args.ipp_torch
+               else "only register (no torch); nbdist's ranks import torch and join a gloo world")
+    notes = [f"ipyparallel {version('ipyparallel')}: `Cluster.delay` {delay}, the controller's `HeartMonitor.period` "
+             f"{beat}; its engines {engines}."]
+    record(variant(args), f"A world on two Slurm nodes (sbatch `{OPTIONS}`, {TASKS} tasks): seconds from start to "
+           f"formed, {args.runs} interleaved runs of each", side_figures(times, figures), began,
+           [*([] if args.skip else notes), f"{slurm}, in network namespaces on this machine."])
     return 0
 
 

@@ -68,7 +68,7 @@ import time
 from typing import Any
 
 import vs_peers
-from _common import load_note
+from _common import begin, figure, load_note, record
 from cell_overhead import ANSI, BenchError, median_ms, p90_ms
 from vs_peers import Cell, Ipyparallel, Plain, System, require_ok, shutdown_all, time_rounds, timed, version
 
@@ -257,6 +257,25 @@ def report_size(n: int, systems: list[System], times: dict[str, list[float]], ru
     return row
 
 
+def size_figures(n: int, times: dict[str, list[float]], row: dict[str, Any]) -> list[dict[str, Any]]:
+    """One world size's headline figures, for the docs: each cell, each overhead, and the target's ratio."""
+    labels = {"plain": "plain cell `x = 1`, one kernel", "nbdist": "nbdist, driven `%%collective`",
+              "px": "ipyparallel `%%px`"}
+    plain = times.get("plain", [])
+    figures = [figure(f"{n} ranks: {labels[key]}", [v * 1000 for v in times[key]], "ms")
+               for key in labels if key in row]
+    for key in ("nbdist", "px"):
+        if f"{key}-over" in row:
+            paired = [(b - a) * 1000 for a, b in zip(plain, times[key], strict=False)]
+            figures.append(figure(f"{n} ranks: {labels[key]} over the plain cell (difference of medians; spread of "
+                                  "the paired differences)", paired, "ms", median=row[f"{key}-over"], signed=True))
+    if row.get("px-over", 0) > 0 and "nbdist-over" in row:
+        value = row["nbdist-over"] / row["px-over"]
+        figures.append(figure(f"{n} ranks: nbdist's overhead over `%%px`'s", [], "x", median=value,
+                              runs=len(plain), target=f"≤ {TARGET_RATIO:g}x", met=value <= TARGET_RATIO))
+    return figures
+
+
 def summary(rows: list[dict[str, Any]]) -> None:
     def ms(row: dict[str, Any], key: str, sign: str = "") -> str:
         return f"{row[key]:{sign}.2f}" if key in row else "-"
@@ -278,8 +297,10 @@ def summary(rows: list[dict[str, Any]]) -> None:
 
 
 def run_size(n: int, args: argparse.Namespace, ipp: bool, failed: dict[str, str],
-             startup: list[tuple[str, str, float]], hows: dict[str, str]) -> dict[str, Any] | None:
-    """Start, time, check and stop one world size; failures go to ``failed`` (keyed 'system, N ranks')."""
+             startup: list[tuple[str, str, float]], hows: dict[str, str],
+             figures: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Start, time, check and stop one world size; failures go to ``failed`` (keyed 'system, N ranks'), the
+    headline figures to ``figures``."""
     systems: list[System] = [Plain(), Spawned(n)] + ([IppN(n)] if ipp else [])
     here: dict[str, str] = {}
     started: list[System] = []
@@ -304,6 +325,7 @@ def run_size(n: int, args: argparse.Namespace, ipp: bool, failed: dict[str, str]
                         here[system.name] = f"check that it ran everywhere: {type(exc).__name__}: {exc}"
                         print(f"FAILED {system.name} {here[system.name]}", file=sys.stderr, flush=True)
             row = report_size(n, [s for s in started if s.name not in here], times, args.runs)
+            figures += size_figures(n, times, row)
     finally:
         for system in reversed(started):
             try:
@@ -343,6 +365,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    recording = begin()
     began = time.perf_counter()
     print(load_note("at start"), flush=True)
     notes = []
@@ -358,8 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     startup: list[tuple[str, str, float]] = []
     hows: dict[str, str] = {}
     rows = []
+    figures: list[dict[str, Any]] = []
     for n in args.sizes:
-        row = run_size(n, args, ipp, failed, startup, hows)
+        row = run_size(n, args, ipp, failed, startup, hows, figures)
         if row is not None:
             rows.append(row)
     summary(rows)
@@ -377,7 +401,12 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     for name, why in failed.items():
         print(f"{name}: FAILED, figures void: {why}")
-    return 1 if failed else 0
+    if failed:
+        return 1
+    record("driven_cells", "A trivial cell on every rank, driven from one kernel, beside ipyparallel's `%%px` "
+           f"(client wall time until that kernel is idle; {args.runs} interleaved runs per kind)", figures, recording,
+           [*notes, "versions: " + ", ".join(f"{d} {version(d)}" for d in ("ipyparallel", "jupyter_client"))])
+    return 0
 
 
 if __name__ == "__main__":

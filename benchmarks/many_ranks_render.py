@@ -24,7 +24,7 @@ import argparse
 import statistics
 import time
 
-from _common import load_note
+from _common import begin, figure, load_note, record
 
 from nbdist.view.celltable import cell_table
 
@@ -62,6 +62,8 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=200)
     parser.add_argument("--runs", type=int, default=21)
     args = parser.parse_args()
+    began = begin()
+    rows = []
     print(f"{args.ranks} ranks x {args.lines} lines, {args.runs} runs per shape; {load_note('before')}")
     for shape in ("numbers", "parity", "distinct", "ranks"):
         once(shape, args.ranks, args.lines, 0)  # warm: imports, regex compilation
@@ -72,9 +74,13 @@ def main() -> None:
         q = statistics.quantiles(times, n=4)
         met = "met" if statistics.median(times) <= 50 else "NOT met"
         verdict = "" if shape == "ranks" else f"  target <= 50 ms: {met}"
+        rows.append(figure(f"`{shape}`" + (" (`--view ranks`)" if shape == "ranks" else ""), times, "ms", decimals=1,
+                           **({} if shape == "ranks" else {"target": "≤ 50 ms", "met": met == "met"})))
         print(f"{shape:9s} median {statistics.median(times):7.1f} ms  (quartiles {q[0]:.1f}-{q[2]:.1f} ms)  "
               f"html {size / 1e3:7.0f} kB{verdict}")
     print(load_note("after"))
+    record("many_ranks_render", f"Drawing one cell's table for {args.ranks} ranks × {args.lines} lines "
+           "(`cell_table` and both its forms, HTML and text; no kernels)", rows, began)
 
 
 if __name__ == "__main__":

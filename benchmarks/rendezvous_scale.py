@@ -45,7 +45,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from _common import load_note
+from _common import begin, figure, load_note, record
 
 TARGET_SIZE = 64
 TARGET_S = 2.0
@@ -246,6 +246,7 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
         "start_s": start_s,
         "phases": {ph: statistics.median(r[ph] for r in reps) for ph in ("woke", "connected", "joined")},
         "first": first,
+        "barriers": barriers,
         "barrier_median": statistics.median(barriers),
         "barrier_p90": pct(barriers, 90),
         "barrier_max": max(barriers),
@@ -296,6 +297,21 @@ def print_profile(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 slow[key.replace("|", " ")].extend(v for v in values if v >= 1.0)
         text = ", ".join(f"{k} x{len(v)} (~{statistics.median(v):.1f} s)" for k, v in sorted(slow.items()) if v)
         print(f"{r['size']:>5} ranks: {text or 'none'}")
+
+
+def size_figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The headline figures, for the docs: per size, join + first barrier and one barrier."""
+    figures = []
+    for r in rows:
+        target = {}
+        if r["size"] == TARGET_SIZE:
+            target = {"target": f"≤ {TARGET_S:g} s", "met": statistics.median(r["first"]) <= TARGET_S}
+        figures.append(figure(f"{r['size']} ranks: join + first barrier after the last process starts (max over "
+                              "ranks; spread over the repeats)", r["first"], "s", spread="min–max", decimals=3,
+                              **target))
+        figures.append(figure(f"{r['size']} ranks: one barrier (every rank's, pooled)",
+                              [b * 1000 for b in r["barriers"]], "ms"))
+    return figures
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -357,8 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.private_hosts and not os.environ.get(_HOSTS_MARK):
         return reexec_with_private_hosts(sys.argv[1:] if argv is None else argv)
-    if os.environ.get(_HOSTS_MARK):
+    private = bool(os.environ.get(_HOSTS_MARK))
+    if private:
         print("private /etc/hosts: ::ffff:127.0.0.1 and ::1 resolve locally")
+    began = begin()
     print(load_note("at start"), flush=True)
     rows = []
     started = time.monotonic()
@@ -388,6 +406,13 @@ def main(argv: list[str] | None = None) -> int:
               f"(within {TARGET_S:g} s in {met} of {len(first)} repeats; worst {max(first):.3f} s)")
     else:
         print(f"  not measured ({TARGET_SIZE} is not among --sizes)")
+    hosts = ("a private /etc/hosts that names `::ffff:127.0.0.1` and `::1`, so torch's reverse lookup of each "
+             "store connection answers locally" if private else "this machine's own resolver for torch's reverse "
+             "lookup of each store connection")
+    record("rendezvous_scale" + ("-private-hosts" if private else ""),
+           f"Rendezvous at scale: client processes, no kernels, torch's import excluded; {args.repeats} repeats per "
+           f"size on a fresh server, {args.barriers} timed barriers after the first", size_figures(rows), began,
+           [f"With {hosts}."])
     return 0
 
 

@@ -42,6 +42,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _common import begin, figure, record  # noqa: E402
+
 from nbdist.drive import kernels  # noqa: E402
 from nbdist.world import netinfo  # noqa: E402
 
@@ -322,12 +324,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.short:
         args.faults, args.presses, args.seeds = 4, 12, args.seeds[:1]
     started = time.monotonic()
+    began = begin()
     rows = []
+    figures = []
     for mode in args.modes:
         for seed in (args.seeds if mode == "presses" else args.seeds[:1]):
             f = soak_mode(mode, args.presses if mode == "presses" else args.faults, seed, args.check_every)
             row = {**f.row(), "seed": seed}
             rows.append(row)
+            figures.append(soak_figure(f, seed))
             print(json.dumps(row), flush=True)
     summary = {"rows": rows, "seconds": round(time.monotonic() - started, 1), "load": os.getloadavg()[0],
                "date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores"}
@@ -342,7 +347,18 @@ def main(argv: list[str] | None = None) -> int:
         for note in r["notes"]:
             print(f"    {r['mode']}: {note}")
     bad = any(r["hangs"] or r["out_of_step"] or r["lost"] or r["slow_stops"] for r in rows)
+    if not args.short:  # the short soak is CI's test, not the figure the docs show
+        record("soak", f"The soak: random faults and stop presses between normal cells (every {args.check_every}th "
+               "press followed by a normal cell on every rank)", figures, began)
     return 1 if bad else 0
+
+
+def soak_figure(f: Figures, seed: int) -> dict[str, Any]:
+    """One mode's headline figure, for the docs: seconds from a fault to the end of its cell, and what went wrong."""
+    counts = f"hangs {f.hangs}, worlds out of step {f.out_of_step}, outputs lost {f.lost}, stops over 2 s {f.slow}"
+    return figure(f"{f.mode}, seed {seed}: fault to end of cell ({f.faults} faults; {counts})", f.ended, "s",
+                  spread="min–max", target="no hang, none out of step, nothing lost, no slow stop",
+                  met=not (f.hangs or f.out_of_step or f.lost or f.slow))
 
 
 if __name__ == "__main__":

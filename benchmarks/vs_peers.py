@@ -50,6 +50,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -61,7 +62,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from _common import load_note
+from _common import begin, figure, load_note, record
 from cell_overhead import BenchError, form_world, free_port, median_ms, p90_ms
 
 from nbdist.drive import kernels
@@ -523,6 +524,23 @@ def report(systems: list[System], times: dict[str, list[float]], failed: dict[st
               "(what cell_overhead.py reports; the rest of its overhead over (a) is driving two kernels at once)")
 
 
+def cell_figures(systems: list[System], times: dict[str, list[float]], failed: dict[str, str]) -> list[dict[str, Any]]:
+    """The headline figures, for the docs: each cell kind, and its overhead over the plain cell (a)."""
+    plain = times.get("plain", [])
+    rows = []
+    for cell in (c for s in systems if s.name not in failed for c in s.cells()):
+        values = [v * 1000 for v in times.get(cell.key, [])]
+        if len(values) < 2:
+            continue
+        label = re.sub(r"(%%\w+)", r"`\1`", " ".join(cell.label.split()))
+        rows.append(figure(label, values, "ms"))
+        if cell.key != "plain" and len(plain) >= 2:
+            paired = [(b - a) * 1000 for a, b in zip(plain, times[cell.key], strict=False)]
+            rows.append(figure(f"{label}, over (a) (difference of medians; spread of the paired differences)", paired,
+                               "ms", median=median_ms(times[cell.key]) - median_ms(plain), signed=True))
+    return rows
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=30, help="counted runs per cell kind (default 30)")
@@ -541,6 +559,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    began = begin()
     print(load_note("at start"), flush=True)
     systems, missing = available(args)
     for line in missing:
@@ -569,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
                     failed[system.name] = f"check of the all_reduce result: {type(exc).__name__}: {exc}"
                     print(f"FAILED {system.name} {failed[system.name]}", file=sys.stderr, flush=True)
         report(started, times, failed, args.runs)
+        figures = cell_figures(started, times, failed)
     finally:
         for system in reversed(started):
             try:
@@ -592,7 +612,12 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     for name, why in failed.items():
         print(f"{name}: FAILED, figures void: {why}")
-    return 1 if failed else 0
+    if failed:
+        return 1
+    record("vs_peers", f"A cell on {WORLD} ranks in nbdist and in its peers (client wall time until every kernel "
+           f"involved is idle; {args.runs} interleaved runs per kind)", figures, began,
+           [*missing, "versions: " + ", ".join(f"{d} {version(d)}" for d in ("ipyparallel", "nbdistributed"))])
+    return 0
 
 
 if __name__ == "__main__":

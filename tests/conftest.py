@@ -7,31 +7,61 @@ import contextlib
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, NoReturn
 
+import nbformat
 import pytest
 
 from nbdist.drive import kernels
-from nbdist.world import netinfo
+
+_GIVEN: set[int] = set()
 
 
 def free_port() -> int:
-    """A free loopback port below the ephemeral range, so sockets opened later cannot take it."""
-    port = netinfo.first_free_port(secrets.randbelow(10_000) + 20_000 for _ in range(200))
-    if port is None:
-        raise RuntimeError("no free port in 20000-29999")
-    return port
+    """A free loopback port below the ephemeral range, so sockets opened later cannot take it.
+
+    Stricter than nbdist's own check: bound without SO_REUSEADDR, so a port an earlier test's connections still
+    hold in TIME_WAIT is passed over (a test's own listener, bound as a plain socket, would fail on it with
+    "Address already in use"); and never one this run has handed out before."""
+    for _ in range(200):
+        port = secrets.randbelow(10_000) + 20_000
+        if port in _GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    raise RuntimeError("no free port in 20000-29999")
 
 
 @pytest.fixture
 def port() -> int:
     return free_port()
+
+
+def as_generated(path: Path) -> str:
+    """The example notebook at ``path`` as its generator writes it: without the outputs, execution counts
+    and stamp that examples/execute.py adds (tests/test_examples_executed.py checks those)."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    ours = nb.metadata.get("nbdist", {})
+    ours.pop("executed", None)
+    if not ours:
+        nb.metadata.pop("nbdist", None)
+    return nbformat.writes(nb, version=4)
 
 
 def start_serve(port: int, *extra: str) -> subprocess.Popen:

@@ -96,8 +96,12 @@ def _require() -> str:
 
 
 def _notebook(rank: int, port: int) -> nbformat.NotebookNode:
-    """An example notebook for this run: a free port, rank 0's dashboard, a picture, no %dist_destroy."""
+    """An example notebook for this run: a free port, rank 0's dashboard, a picture, no %dist_destroy, and none
+    of the committed outputs (the page must show only what this run's cells print)."""
     nb = nbformat.read(EXAMPLES / f"rank{rank}.ipynb", as_version=4)
+    for c in nb.cells:
+        if c.cell_type == "code":
+            c.outputs, c.execution_count = [], None
     (init,) = [c for c in nb.cells if c.get("id") == "dist-init"]
     assert "MASTER_PORT = 29500" in init.source
     init.source = init.source.replace("MASTER_PORT = 29500", f"MASTER_PORT = {port} ")

@@ -1,4 +1,7 @@
-"""Every command and magic line README.md shows: extracted, held to the code, and run where it can run here.
+"""Every command and magic line README.md and the docs show: extracted, held to the code, and run where it can.
+
+The pages are README.md and the hand-written pages of docs/ (:func:`doc_pages`); an item names its page and
+line. A README section is its "## " heading; a docs page is about its "# " title.
 
 What is extracted (:func:`extract`): each command of a ```bash block (``&&`` chains split), each line of a
 ```python block that starts with ``%``, each inline code span that starts with ``nbdist ``, ``python``,
@@ -33,7 +36,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 from IPython.core.error import UsageError
@@ -51,6 +53,12 @@ from .conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+TOUR = DOCS / "tutorial" / "quickstart.md"  # the tour whose cells and outputs are run as they stand
+# Not extracted here: the reference pages drawn from the parsers, and the page that writes other tools' magics
+# (tests/test_docs.py holds both).
+NOT_EXTRACTED = ("docs/reference/magics.md", "docs/reference/cli.md", "docs/coming-from.md")
+MAGICS_SECTIONS = ("Magics", "Magics in practice")  # README's "## Magics", docs/reference/magics-notes.md
 NBDIST = Path(sys.executable).with_name("nbdist")  # the console script, as the README types it
 
 SHELL_PREFIXES = ("nbdist ", "python ", "python3 ", "pip install", "jupyter ", "ssh ")
@@ -60,7 +68,8 @@ LOOPBACK = Route(master_ip="127.0.0.1", local_ip="127.0.0.1", interface="lo", ma
 # Blank in the kernels and commands run here, so that what they show comes from the README's flags.
 BLANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "NBDIST_TOKEN", "BACKEND",
              "DEVICE_ID", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HCCL_IF_BASE_PORT")
-FOREIGN_MAGICS = {"px", "distributed"}  # ipyparallel's %%px and nbdistributed's %%distributed, for comparison
+# ipyparallel's %%px and nbdistributed's %%distributed, for comparison; IPython's %timeit, which export refuses
+FOREIGN_MAGICS = {"px", "distributed", "timeit"}
 
 # --- what is decided for each item: run (by which test), checked only, or skipped -------------------------
 # Keys are regular expressions that must match an item's whole text (whitespace collapsed).
@@ -86,6 +95,10 @@ CHECKED = {
              "(under Benchmarks, also of the benchmark scripts)",
     r"%%?dist_init": "the magic's name in prose: checked that it exists",
     r"%load_ext": "IPython's magic named in prose: checked that it exists",
+    r"python -m sphinx -W -b html docs docs/_build/html": ".ci/run builds the docs with it after the tests "
+                                                          "(warnings are errors); the page's modules are checked",
+    r"python -m pytest --collect-only -q": "pytest's own flags, counting the suite without running it",
+    r"python examples/execute\.py --check": ".ci/run runs it; tests/test_examples_executed.py checks the same",
 }
 
 _SET_UP = "set-up of a fresh machine, not re-run: .ci/run makes the venv and installs, running the README's " \
@@ -117,6 +130,11 @@ SKIP = {
                     "tests/test_cli.py::test_demo_runs_the_walkthrough_and_exits_zero runs it",
     r"pip install torch==2\.13\.0 --index-url https://download\.pytorch\.org/whl/cpu":
         "downloads torch from PyTorch's index: nothing outside this machine is reachable",
+    r"pip install -e '\.\[(?:docs|npu)\]'": "installs Sphinx and myst-nb (CI does, to build the docs), or torch_npu, "
+                                          "from the network; the extra is checked to exist",
+    r"pip install torch": "the CUDA build of several GB, for NVIDIA machines: not on a CPU machine",
+    r"python examples/execute\.py": "executes every example notebook through nbdist run (minutes); "
+                                    "tests/test_examples_executed.py checks that what it stored belongs to the cells",
     r"pip install -e '\.\[lab\]'": "installs JupyterLab and Notebook 7 from the network; the extra is checked to exist",
     r"pip install -e '\.\[bench\]'": "installs ipyparallel and nbdistributed from the network; the extra is checked "
                                     "to exist",
@@ -162,12 +180,14 @@ SKIP = {
     r"%dist_debug(?: .*)?": "rebuilds the process group on every rank: tests/test_debug.py::"
                             "test_dist_debug_on_in_one_notebook_rebuilds_every_rank_with_detail_and_off_puts_back_"
                             "what_was_there runs it",
-    r"%%collective --no-check": "tests/test_faults.py::test_no_check_turns_the_comparison_off runs it",
     r"%%collective --trace": "tests/test_cheap_checks.py::"
                              "test_trace_records_every_collective_in_order_and_names_the_late_rank runs it",
     r"python examples/what_you_see/make_trace_screenshot\.py": "needs Chromium, Playwright and JupyterLab (the lab "
                                                                "extra); it took examples/what_you_see/trace.png",
     r"python benchmarks/bench_vs_raw\.py(?: .*)?": "a benchmark of minutes; the script and its flags are checked",
+    r"python benchmarks/(?:many_ranks_render|export_overhead)\.py(?: .*)?":
+        "benchmarks (seconds for the rendering, minutes for the training loop) that write their figures to "
+        "docs/figures/ (tests/test_figures.py checks those); the scripts are checked to exist",
     r"python benchmarks/soak\.py(?: .*)?": "a soak of ten minutes (the long version): tests/test_soak.py runs its "
                                           "--short version; the script and its flags are checked",
     r"%%collective --timeout 5": "a fault-table row: tests/test_in_step.py::"
@@ -195,6 +215,13 @@ SKIP = {
                                                    "(root), with ipyparallel beside nbdist; the script and its flags "
                                                    "are checked",
     r"%%px": "ipyparallel's magic, named for comparison: not nbdist's",
+    r"%timeit": "IPython's magic, named as one that nbdist export refuses: tests/job/test_convert.py refuses it",
+    r"nbdist export(?: .*)?": "writes and runs notebooks as scripts under torchrun: tests/test_export.py runs it on "
+                              "every example notebook (--run 2), and with -o, --allow-ipython and a script's flags "
+                              "after --",
+    r"torchrun --standalone --nproc-per-node 2 walkthrough\.py": "tests/test_export.py runs the walkthrough's "
+                                                                 "script under the same torchrun command (nbdist "
+                                                                 "export --run 2)",
     r"%%distributed": "nbdistributed's magic, named for comparison: not nbdist's",
 }
 
@@ -210,11 +237,12 @@ class Item:
     text: str  # whitespace collapsed; `\|` in a table cell read as `|`
     line: int
     where: str  # "bash block", "python block", "inline" or "Magics table"
-    section: str = ""  # the "## " heading it is under
+    section: str = ""  # the "## " heading it is under (a docs page: its "# " title)
     magics: tuple[str, ...] = ()  # a flag in the Magics table: its row's magics
+    page: str = "README.md"
 
     def __str__(self) -> str:
-        return f"README.md:{self.line}: {self.text!r} ({self.where})"
+        return f"{self.page}:{self.line}: {self.text!r} ({self.where})"
 
 
 @dataclass(frozen=True)
@@ -226,7 +254,7 @@ class Block:
     lines: tuple[str, ...]
 
 
-_FENCE = re.compile(r"\s*```(\w*)\s*")
+_FENCE = re.compile(r"\s*```(\w*|\{[\w-]+\}.*)\s*")  # a MyST directive, ```{toctree}: its own "language"
 _SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
 _CELL_BORDER = re.compile(r"(?<!\\)\|")
 _FLAG = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
@@ -260,12 +288,13 @@ def split_blocks(text: str) -> tuple[list[Block], list[str]]:
     return blocks, prose
 
 
-def _sections(prose: list[str]) -> list[str]:
-    """The "## " heading each line is under."""
+def _sections(prose: list[str], page: str = "README.md") -> list[str]:
+    """The "## " heading each line is under; on a docs page, its "# " title."""
+    mark = "## " if page == "README.md" else "# "
     current, out = "", []
     for line in prose:
-        if line.startswith("## "):
-            current = line[3:].strip()
+        if line.startswith(mark):
+            current = line[len(mark):].strip()
         out.append(current)
     return out
 
@@ -298,29 +327,31 @@ def split_chain(command: str) -> list[str]:
     return [part.strip() for part in re.split(r"&&|\|\||;", command) if part.strip()]
 
 
-def extract(text: str) -> list[Item]:
-    """Every shell command, magic line and flag the README shows, in README order."""
+def extract(text: str, page: str = "README.md") -> list[Item]:
+    """Every shell command, magic line and flag a page shows, in its order."""
     blocks, prose = split_blocks(text)
-    sections = _sections(prose)
+    sections = _sections(prose, page)
     items: list[Item] = []
     for block in blocks:
         for offset, raw in enumerate(block.lines):
             line, number = raw.strip(), block.line + offset
             section = sections[number - 1]
             if block.lang == "bash" and line and not line.startswith("#"):
-                items += [Item("shell", _collapse(c), number, "bash block", section) for c in split_chain(line)]
+                items += [Item("shell", _collapse(c), number, "bash block", section, page=page)
+                          for c in split_chain(line)]
             elif block.lang == "python" and line.startswith("%"):
-                items.append(Item("magic", _collapse(line), number, "python block", section))
+                items.append(Item("magic", _collapse(line), number, "python block", section, page=page))
     for number, body, row in spans(prose):
         section = sections[number - 1]
-        in_magics_table = bool(row) and section == "Magics"
+        in_magics_table = bool(row) and section in MAGICS_SECTIONS
         where = "Magics table" if in_magics_table else "inline"
         if body.startswith("%"):
-            items.append(Item("magic", body, number, where, section))
+            items.append(Item("magic", body, number, where, section, page=page))
         elif body.startswith(SHELL_PREFIXES):
-            items.append(Item("shell", body, number, where, section))
+            items.append(Item("shell", body, number, where, section, page=page))
         elif body.startswith("--"):
-            items.append(Item("flag", body, number, where, section, _magics_of_row(row) if in_magics_table else ()))
+            items.append(Item("flag", body, number, where, section, _magics_of_row(row) if in_magics_table else (),
+                              page=page))
     return sorted(items, key=lambda i: i.line)
 
 
@@ -356,6 +387,22 @@ def assert_loopback_only(words: list[str]) -> None:
 # --- the README, once --------------------------------------------------------------------------------------
 
 
+def doc_pages() -> list[Path]:
+    """README.md, then every hand-written page of docs/ (not the build, the figures or the copied notebooks)."""
+    pages = sorted(p for p in DOCS.rglob("*.md") if not {"_build", "_examples", "figures"} & set(p.parts))
+    return [README, *(p for p in pages if _name(p) not in NOT_EXTRACTED)]
+
+
+def _name(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+@functools.cache
+def page_texts() -> tuple[tuple[str, str], ...]:
+    """(page, text) of every page, README.md first."""
+    return tuple((_name(p), p.read_text(encoding="utf-8")) for p in doc_pages())
+
+
 @functools.cache
 def readme_text() -> str:
     return README.read_text(encoding="utf-8")
@@ -363,7 +410,16 @@ def readme_text() -> str:
 
 @functools.cache
 def readme_items() -> tuple[Item, ...]:
-    return tuple(extract(readme_text()))
+    return tuple(item for page, text in page_texts() for item in extract(text, page))
+
+
+@functools.cache
+def tour_text() -> str:
+    return TOUR.read_text(encoding="utf-8")
+
+
+def all_defaults() -> list[Default]:
+    return [d for page, text in page_texts() for d in documented_defaults(text, page)]
 
 
 def items_run_by(test_name: str) -> list[Item]:
@@ -385,24 +441,10 @@ def distinct(items: list[Item]) -> dict[str, Item]:
 # --- nbdist's parsers, without running anything ------------------------------------------------------------
 
 
-class _Built(Exception):
-    """Raised instead of parsing, once cli.main has built its parser."""
-
-
 @functools.cache
 def cli_parsers() -> dict[str, argparse.ArgumentParser]:
-    """The ``nbdist`` subcommands' parsers, as :func:`nbdist.cli.main` builds them (it builds and parses in one
-    go, so parsing is stopped before it starts)."""
-    built: list[argparse.ArgumentParser] = []
-
-    def stop(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-        built.append(self)
-        raise _Built
-
-    with mock.patch.object(argparse.ArgumentParser, "parse_args", stop), contextlib.suppress(_Built):
-        cli.main([])
-    assert len(built) == 1, "nbdist.cli.main no longer builds one argparse parser"
-    (sub,) = [a for a in built[0]._actions if isinstance(a, argparse._SubParsersAction)]
+    """The ``nbdist`` subcommands' parsers, as :func:`nbdist.cli.main` builds them."""
+    (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     return dict(sub.choices)
 
 
@@ -475,9 +517,10 @@ class Default:
     subject: str
     value: str
     line: int
+    page: str = "README.md"
 
     def __str__(self) -> str:
-        return f"README.md:{self.line}: {self.subject} documented as {self.value}"
+        return f"{self.page}:{self.line}: {self.subject} documented as {self.value}"
 
 
 # In a Magics-table row, per magic: "`--flag` (600 s", "`--flag` (29500)", "`--flag`, default 300 s",
@@ -504,24 +547,24 @@ REQUIRED_DEFAULTS = ("dist_init --timeout", "dist_init --master-port", "dist_ini
                      "HCCL_EXEC_TIMEOUT", "serve --host")
 
 
-def documented_defaults(text: str) -> list[Default]:
-    """The defaults the README states next to a flag or variable, each with its line."""
+def documented_defaults(text: str, page: str = "README.md") -> list[Default]:
+    """The defaults a page states next to a flag or variable, each with its line."""
     _, prose = split_blocks(text)
-    sections = _sections(prose)
+    sections = _sections(prose, page)
     found: list[Default] = []
     for number, row in enumerate(prose, 1):
-        if sections[number - 1] != "Magics" or not row.lstrip().startswith("|"):
+        if sections[number - 1] not in MAGICS_SECTIONS or not row.lstrip().startswith("|"):
             continue
         for magic in _magics_of_row(row):
             for pattern, subject in _ROW_DEFAULTS:
                 for m in pattern.finditer(row):
-                    found.append(Default(subject.format(magic=magic, flag=m[1]), m[2], number))
+                    found.append(Default(subject.format(magic=magic, flag=m[1]), m[2], number, page))
     joined = "\n".join(prose)
     for pattern, subject, value in _PROSE_DEFAULTS:
         for m in pattern.finditer(joined):
             line = joined.count("\n", 0, m.start()) + 1
-            if not (sections[line - 1] == "Magics" and prose[line - 1].lstrip().startswith("|")):  # rows: above
-                found.append(Default(subject or m[1], str(value(m)), line))
+            if not (sections[line - 1] in MAGICS_SECTIONS and prose[line - 1].lstrip().startswith("|")):  # above
+                found.append(Default(subject or m[1], str(value(m)), line, page))
     return sorted(set(found), key=lambda d: (d.line, d.subject))
 
 
@@ -564,8 +607,8 @@ def actual_defaults() -> dict[str, dict[str, object]]:
 
 def documented(subject: str) -> str:
     """The one value the README gives ``subject``."""
-    values = {d.value for d in documented_defaults(readme_text()) if d.subject == subject}
-    assert len(values) == 1, f"README.md gives {subject} {sorted(values) or 'no'} default(s)"
+    values = {d.value for d in all_defaults() if d.subject == subject}
+    assert len(values) == 1, f"the docs give {subject} {sorted(values) or 'no'} default(s)"
     return values.pop()
 
 
@@ -671,7 +714,7 @@ def test_every_run_check_and_skip_entry_still_matches_something_in_the_readme():
     texts = [i.text for i in readme_items()]
     stale = [f"{name}[{pattern!r}]" for name, table in (("RUNS", RUNS), ("CHECKED", CHECKED), ("SKIP", SKIP))
              for pattern in table if not any(re.fullmatch(pattern, t) for t in texts)]
-    assert not stale, "entries that match nothing in README.md any more (remove them): " + ", ".join(stale)
+    assert not stale, "entries that match nothing in README.md or docs/ any more (remove them): " + ", ".join(stale)
 
 
 def test_every_runner_and_every_test_a_reason_names_exists():
@@ -707,6 +750,8 @@ def nbdist_command_problems(items: list[Item]) -> list[str]:
             continue
         words = shlex.split(fill(item.text))
         sub = words[1]
+        if sub == "export" and "--" in words:  # what follows -- is the exported script's own (cli.main)
+            words = words[: words.index("--")]
         if sub not in parsers:
             problems.append(f"{item}: nbdist has no subcommand {sub!r} (it has {', '.join(sorted(parsers))})")
             continue
@@ -810,10 +855,10 @@ def prose_flag_problems(items: list[Item]) -> list[str]:
     return problems
 
 
-def default_problems(text: str) -> list[str]:
-    """A default the README states that the code does not hold, or that this test cannot place."""
+def default_problems(defaults: list[Default]) -> list[str]:
+    """A default the docs state that the code does not hold, or that this test cannot place."""
     actual, problems = actual_defaults(), []
-    for d in documented_defaults(text):
+    for d in defaults:
         if d.subject not in actual:
             problems.append(f"{d}: this test does not know where the code keeps it: add it to actual_defaults")
             continue
@@ -838,7 +883,8 @@ and `pip install -e '.[gpu]'`; `--no-such-option` too.
 def test_the_checks_catch_flags_commands_values_and_defaults_that_do_not_exist():
     items = extract(BROKEN)
     found = "\n".join(nbdist_command_problems(items) + other_command_problems(items) + magic_problems(items)
-                      + table_flag_problems(items) + prose_flag_problems(items) + default_problems(BROKEN))
+                      + table_flag_problems(items) + prose_flag_problems(items)
+                      + default_problems(documented_defaults(BROKEN)))
     for expected in ("README.md:5: '--no-such-flag' (Magics table): %dist_init takes no --no-such-flag",
                      "README.md:5: '--debug [files|verbose]' (Magics table): %dist_init --debug takes files|stdout",
                      "README.md:6: '%dist_nothing' (Magics table): there is no line magic %dist_nothing",
@@ -879,10 +925,10 @@ def test_every_flag_named_elsewhere_is_one_that_nbdist_or_the_benchmark_it_is_ab
 
 
 def test_the_defaults_the_readme_states_are_the_codes():
-    problems = default_problems(readme_text())
+    problems = default_problems(all_defaults())
     assert not problems, "\n".join(problems)
-    missing = sorted(set(REQUIRED_DEFAULTS) - {d.subject for d in documented_defaults(readme_text())})
-    assert not missing, f"README.md no longer states these defaults where this test looks for them: {missing}"
+    missing = sorted(set(REQUIRED_DEFAULTS) - {d.subject for d in all_defaults()})
+    assert not missing, f"the docs no longer state these defaults where this test looks for them: {missing}"
 
 
 # --- running the commands on loopback --------------------------------------------------------------------------
@@ -1009,13 +1055,13 @@ class World:
 
 def tour_blocks() -> tuple[Block, Block | None]:
     """The tour's ```python block that joins on loopback, and the output block shown after it."""
-    blocks, _ = split_blocks(readme_text())
+    blocks, _ = split_blocks(tour_text())
     for i, block in enumerate(blocks):
         first = block.lines[0].strip() if block.lines else ""
         if block.lang == "python" and first.startswith("%%dist_init") and "127.0.0.1" in first:
             after = next((b for b in blocks[i + 1:] if b.lang in ("", "python")), None)
             return block, after if after is not None and after.lang == "" else None
-    raise AssertionError("README.md has no ```python block that joins a world on 127.0.0.1 (the tour's)")
+    raise AssertionError(f"{_name(TOUR)} has no ```python block that joins a world on 127.0.0.1 (the tour's)")
 
 
 @pytest.fixture(scope="module")
@@ -1026,7 +1072,7 @@ def world() -> Iterator[World]:
                if i.text.startswith("%load_ext")}
     block, _ = tour_blocks()
     tour = _collapse(block.lines[0])
-    assert "--master-port" not in tour and "--rank 0" in tour, f"README.md:{block.line}: {tour!r}"
+    assert "--master-port" not in tour and "--rank 0" in tour, f"{_name(TOUR)}:{block.line}: {tour!r}"
     port = free_port()
     lines = [f"{tour.replace('--rank 0', f'--rank {rank}')} --master-port {port}" for rank in (0, 1)]
     # The README's block is from a machine without CUDA ("backend choice: ...; no CUDA"); hide any CUDA here too.
@@ -1092,9 +1138,9 @@ def test_the_tours_first_cells_form_a_world_as_the_readme_shows(world):
     and rank 0 shows it as the README's block after them does."""
     world = formed(world)
     block, output = tour_blocks()
-    assert output is not None, f"README.md:{block.line}: no output block after the tour's %%dist_init"
+    assert output is not None, f"{_name(TOUR)}:{block.line}: no output block after the tour's %%dist_init"
     missing = shown_as(output.lines, world.joined[0].text(), world.port)
-    assert not missing, (f"README.md:{output.line}: rank 0's %%dist_init did not show these lines:\n"
+    assert not missing, (f"{_name(TOUR)}:{output.line}: rank 0's %%dist_init did not show these lines:\n"
                          + "\n".join(missing) + f"\n--- it showed:\n{world.joined[0].text()}")
 
 
@@ -1102,18 +1148,19 @@ def test_the_tours_first_cells_form_a_world_as_the_readme_shows(world):
 def test_the_tours_collective_cell_shows_what_the_readme_shows(world):
     """The tour's `%%collective` cell, run as it stands in both notebooks, shows the text form the README shows."""
     world = formed(world)
-    blocks, _ = split_blocks(readme_text())
+    blocks, _ = split_blocks(tour_text())
     index = next((i for i, b in enumerate(blocks) if b.lang == "python" and b.lines
                   and b.lines[0].strip() == "%%collective"), None)
     assert index is not None, "README.md has no ```python block that is a %%collective cell"
     cell, output = blocks[index], next((b for b in blocks[index + 1:] if b.lang == ""), None)
     results = kernels.execute_all(world.kernels, "\n".join(cell.lines) + "\n", timeout=90)
     for rank, r in enumerate(results):
-        assert r.status == "ok", f"README.md:{cell.line}: rank {rank}: {r.error}"
-    assert output is not None, f"README.md:{cell.line}: no output block after the %%collective cell"
+        assert r.status == "ok", f"{_name(TOUR)}:{cell.line}: rank {rank}: {r.error}"
+    assert output is not None, f"{_name(TOUR)}:{cell.line}: no output block after the %%collective cell"
     for rank, r in enumerate(results):
         missing = shown_as(output.lines, r.text(), world.port)
-        assert not missing, (f"README.md:{output.line}: rank {rank} did not show these lines:\n" + "\n".join(missing)
+        assert not missing, (f"{_name(TOUR)}:{output.line}: rank {rank} did not show these lines:\n"
+                             + "\n".join(missing)
                              + f"\n--- it showed:\n{r.text()}")
 
 
@@ -1121,15 +1168,15 @@ def test_the_tours_collective_cell_shows_what_the_readme_shows(world):
 def test_the_tours_training_cell_shows_its_table_live_then_the_final_one(world):
     """The tour's second `%%collective` cell (a DDP loop with a tqdm bar): live table, then one final table."""
     world = formed(world)
-    blocks, _ = split_blocks(readme_text())
+    blocks, _ = split_blocks(tour_text())
     cells = [b for b in blocks if b.lang == "python" and b.lines and b.lines[0].strip() == "%%collective"]
     assert len(cells) >= 2, "README.md's tour has no training cell"
     cell = cells[1]
     steps = re.search(r"range\((\d+)\)", "\n".join(cell.lines))
-    assert steps, f"README.md:{cell.line}: the training cell has no loop"
+    assert steps, f"{_name(TOUR)}:{cell.line}: the training cell has no loop"
     results = kernels.execute_all(world.kernels, "\n".join(cell.lines) + "\n", timeout=150)
     for rank, r in enumerate(results):
-        assert r.status == "ok", f"README.md:{cell.line}: rank {rank}: {r.error}"
+        assert r.status == "ok", f"{_name(TOUR)}:{cell.line}: rank {rank}: {r.error}"
         assert any("state: running" in t for t in r.updates()), f"rank {rank}: no live table: {r.updates()}"
         final = r.text()
         # One bar per rank; ranks in lockstep can finish at the same rate, and identical rows are shown once.
