@@ -427,6 +427,10 @@ class Checker:
                 continue
             done = world.client.get_json_if(world.key(f"{self.cell}/out/{i}"))
             if done is not None and (done.get("collectives") or {}).get(name, 0) < seq:
+                if done.get("error") is not None:
+                    # It failed: a rank publishes its failure before its output, so this tick's earlier read of
+                    # the failure may have come just too soon. Its error is the cause; the missing call follows.
+                    raise_if_failed(world, self.cell)
                 issued = (done.get("collectives") or {}).get(name, 0)
                 raise CollectiveMismatchError(
                     f"{world.describe(i)} finished this cell after {issued} collective(s), but "
