@@ -33,6 +33,7 @@ from .errors import (
     DriveError,
     JoinError,
     NotInitializedError,
+    PeerFailedError,
     StoppedError,
     StoreConnectionError,
 )
@@ -388,6 +389,11 @@ class Session:
             gen = self.sync_generation(world, None if align is None else align[0])
             if align is None:
                 step, self.start_turn = self.start_turn or world.turn(), None
+                try:
+                    cells.refuse_if_peer_did_not_start(world, step, source)
+                except PeerFailedError:
+                    self._entered()  # it decided at its start: no step of its own to close (after_cell)
+                    raise
                 self.drive.before(world, self.secret, "collective", source, follow.cell_flags(flags), step=step)
             else:
                 step = align[1]  # the driver's step, which it runs too
@@ -458,10 +464,11 @@ class Session:
         why = "interrupted its cell" if interrupted else f"could not start its cell ({type(error).__name__}: {error})"
         try:
             self.sync_generation(self.world)
+            body = raw.lstrip().partition("\n")[2]
             if step is not None:
-                cells.close(self.world, step, why, interrupted)  # the step this cell began with
+                cells.close(self.world, step, why, interrupted, body)  # the step this cell began with
             else:
-                cells.abandon(self.world, why, interrupted)
+                cells.abandon(self.world, why, interrupted, body)
         except StoreConnectionError as exc:
             log.info("could not tell the others this rank's cell did not start: %s", exc)
 

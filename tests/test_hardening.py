@@ -304,6 +304,33 @@ def test_a_rank_whose_collective_cannot_start_does_not_leave_the_others_waiting(
     ok(kernels.execute_all(world, ALL_REDUCE, timeout=60))
 
 
+@pytest.mark.timeout(150)
+def test_a_rank_late_to_a_cell_another_rank_could_not_start_fails_at_once_or_meets_its_rerun(world):
+    """Rank 1's typo closes its step, and the world moves on, before rank 0's same cell reads its step (a race
+    CI met in the test above): rank 0 fails at once with rank 1's reason, not at the next step after --timeout.
+    Had rank 1 run the cell again meanwhile, rank 0 meets that run instead."""
+    typo, good = "%%collective --timeuot 60\nx = RANK\n", "%%collective --timeout 60\nx = RANK\n"
+    r1 = world[1].execute(typo, timeout=30)
+    assert r1.status == "error" and r1.error["ename"] == "UsageError"
+    t0 = time.monotonic()
+    r0 = world[0].execute(good, timeout=90)
+    assert time.monotonic() - t0 < 5
+    assert r0.status == "error" and r0.error["ename"] == "PeerFailedError", r0.error
+    assert "rank 1" in r0.error["evalue"] and "could not start its cell (UsageError" in r0.error["evalue"], r0.error
+    ok(kernels.execute_all(world, ALL_REDUCE, timeout=60))  # and the world is in step
+
+    assert world[1].execute(typo, timeout=30).status == "error"
+    thread, box = run_in_background(world[1], good, timeout=90)  # the typo mended, run again: it waits for rank 0
+    wait = ("import time\n_s = get_ipython().magics_manager.registry['DistMagics'].session\n"
+            "_end = time.monotonic() + 30\n"
+            "while not (_s.world.client.get_json_if(_s.world.key('last/1')) or {}).get('what', '').startswith("
+            "'waiting at %%collective'):\n    assert time.monotonic() < _end\n    time.sleep(0.05)\n")
+    assert world[0].execute(wait, timeout=60).status == "ok"
+    r0 = world[0].execute(good, timeout=90)
+    thread.join(90)
+    assert r0.status == "ok" and box["r"].status == "ok", (r0.error, box.get("r") and box["r"].error)
+
+
 @pytest.mark.timeout(120)
 def test_a_rank_slow_to_start_the_cell_another_rank_failed_to_start_fails_at_once(world):
     """Rank 1's typo closes the cell's step before rank 0's kernel reaches nbdist's code (a pre_run_cell callback

@@ -214,18 +214,52 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
         raise
 
 
-def close(world: World, step: int, reason: str, interrupted: bool = False) -> None:
-    """End this rank's part in the cell of ``step`` early: the others stop waiting for it, with ``reason``."""
+def body_digest(body: str) -> str:
+    """What names a %%collective's body across ranks, whatever its flags (see :func:`refuse_if_peer_did_not_start`)."""
+    return hashlib.sha256(body.strip().encode()).hexdigest()
+
+
+def close(world: World, step: int, reason: str, interrupted: bool = False, body: str | None = None) -> None:
+    """End this rank's part in the cell of ``step`` early: the others stop waiting for it, with ``reason``.
+
+    ``body``: the cell's body, when the cell never reached the protocol (a rank late to the same cell
+    then fails with ``reason`` rather than wait at the next step; see :func:`refuse_if_peer_did_not_start`).
+    """
     cell = step_name(step)
-    publish_failure(world.client, world, cell, {"rank": world.rank, "message": f"{world.describe(world.rank)} {reason}",
-                                                "kind": "interrupted" if interrupted else "error"})
+    info = {"rank": world.rank, "message": f"{world.describe(world.rank)} {reason}",
+            "kind": "interrupted" if interrupted else "error"}
+    if body is not None:
+        info["unstarted"] = body_digest(body)
+    publish_failure(world.client, world, cell, info)
     world.close_step(step, reason)
     world.close_barrier(f"{cell}/out", reason)
 
 
-def abandon(world: World, reason: str, interrupted: bool = False) -> None:
+def abandon(world: World, reason: str, interrupted: bool = False, body: str | None = None) -> None:
     """A %%collective that failed before it reached the protocol still takes its turn, closed, so none waits."""
-    close(world, world.turn(), reason, interrupted)
+    close(world, world.turn(), reason, interrupted, body)
+
+
+def refuse_if_peer_did_not_start(world: World, n: int, source: str) -> None:
+    """Fail at once when another rank's same cell could not start, and closed its step before this rank read ``n``.
+
+    A rank whose ``%%collective`` fails before nbdist's code (a typo in its flags, a stop) closes the
+    step it took, and the world moves on. A rank that runs the same cell a moment later reads the
+    next step, ``n``, and would wait there for the other until its --timeout. So: if this rank missed
+    step ``n - 1``, that step was closed by another rank's cell with this body that never started,
+    and nobody has come to step ``n`` yet, this cell fails with that rank's reason and takes no step.
+    A rank that has since run its cell again is waiting at ``n``: then this one meets it there.
+    """
+    if world.last_turn is None or n - 1 <= world.last_turn:
+        return
+    cell = step_name(n - 1)
+    info = world.client.get_json_if(world.key(f"{cell}/failed"))
+    if not info or info.get("rank") == world.rank or info.get("unstarted") != body_digest(source):
+        return
+    if world.client.get_if(world.key(f"{step_name(n)}/in/n")) not in (None, "0"):
+        return
+    raise PeerFailedError(f"%%collective #{n - 1} (start): {info.get('message', 'another rank failed')}; "
+                          "run the next cell on every rank")
 
 
 def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags, watch_client: StoreClient,

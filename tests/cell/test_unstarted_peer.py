@@ -1,0 +1,53 @@
+"""A rank late to a cell that another rank could not start (its step already closed, the world moved on): when it
+fails at once, and when it still meets the others. Real server, real TCP, two worlds in one process."""
+
+from __future__ import annotations
+
+import pytest
+
+from nbdist.cell import cells
+from nbdist.errors import PeerFailedError
+from nbdist.world.store import Server, connect
+from nbdist.world.world import World, step_name
+
+RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
+BODY = "x = RANK\n"
+
+
+@pytest.fixture
+def pair(port):
+    server = Server("127.0.0.1", port)
+    clients = [connect("127.0.0.1", port) for _ in range(2)]
+    try:
+        late, peer = (World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate(clients))
+        late.last_turn = peer.last_turn = late.turn() - 1  # both just joined
+        yield late, peer
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()
+
+
+def test_the_late_rank_fails_with_the_peers_reason_and_takes_no_step(pair):
+    late, peer = pair
+    cells.abandon(peer, "could not start its cell (UsageError: unrecognized arguments: --timeuot)", body=BODY)
+    n = late.turn()
+    assert n == 2  # step 1 went by
+    with pytest.raises(PeerFailedError) as caught:
+        cells.refuse_if_peer_did_not_start(late, n, " x = RANK ")  # the body as its magic gets it
+    assert "%%collective #1 (start): rank 1 (h, pid 2) could not start its cell (UsageError" in str(caught.value)
+    assert late.turn() == 2  # no step taken: the next cell of every rank meets at step 2
+
+
+@pytest.mark.parametrize("case", ["another cell", "its own", "peer waits at n", "it met that step", "no body"])
+def test_otherwise_it_goes_to_meet_the_others(pair, case):
+    late, peer = pair
+    closer = late if case == "its own" else peer
+    cells.abandon(closer, "interrupted its cell", interrupted=True, body=None if case == "no body" else BODY)
+    n = late.turn()
+    if case == "peer waits at n":  # the peer ran the cell again and is waiting at the next step
+        peer.client.add(peer.key(f"{step_name(n)}/in/n"), 1)
+    if case == "it met that step":
+        late.last_turn = n - 1
+    source = "y = RANK\n" if case == "another cell" else BODY
+    cells.refuse_if_peer_did_not_start(late, n, source)  # does not raise
