@@ -19,8 +19,13 @@ cell on the last rank (a press: the time from the press).
 
     python benchmarks/soak.py --short            # what CI runs (tests/test_soak.py), about a minute
     python benchmarks/soak.py --seeds 1 2 3      # the long version: 3 x 200 presses, 150 faults per mode
+    python benchmarks/soak.py --short --fuzz 11  # the same, each store call of every rank delayed at random
 
-Prints a table and, with ``--json FILE``, writes the figures.
+``--fuzz SPEC`` sets ``NBDIST_STORE_FUZZ`` (``SEED`` or ``SEED:PROBABILITY:MAX_MS``) in the soak's own
+process (its stop of every rank) and so in every kernel it starts, which pass it on to the worker kernels
+they spawn: each store operation and wait is then delayed, seeded, with probability 0.35 for 0-50 ms
+unless SPEC says otherwise (see ``nbdist.world.store.Fuzzer``). Without it the soak clears the variable.
+Prints a table and, with ``--json FILE``, writes the figures; both say whether the run was fuzzed.
 """
 
 from __future__ import annotations
@@ -44,7 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import begin, figure, record  # noqa: E402
 
+from nbdist import config  # noqa: E402
 from nbdist.drive import kernels  # noqa: E402
+from nbdist.errors import ConfigError  # noqa: E402
 from nbdist.world import netinfo  # noqa: E402
 
 STOP_WITHIN = 2.0  # seconds the stop button may take to end the cell on every rank
@@ -311,6 +318,25 @@ def soak_mode(mode: str, count: int, seed: int, check_every: int = 5) -> Figures
         world.close()
 
 
+def fuzz_spec(text: str) -> config.StoreFuzz:
+    """``--fuzz``'s value, as ``NBDIST_STORE_FUZZ`` takes it."""
+    try:
+        fuzz = config.parse_store_fuzz(text, "--fuzz")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if fuzz is None:
+        raise argparse.ArgumentTypeError("--fuzz needs SEED or SEED:PROBABILITY:MAX_MS (e.g. 11)")
+    return fuzz
+
+
+def fuzz_everything(fuzz: config.StoreFuzz | None) -> None:
+    """Set (or clear) ``NBDIST_STORE_FUZZ`` here, for every kernel the soak starts and the workers they spawn."""
+    if fuzz is None:
+        os.environ.pop(config.FUZZ_VARIABLE, None)
+    else:
+        os.environ[config.FUZZ_VARIABLE] = fuzz.spec
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", nargs="+", default=["presses", "lockstep2", "lockstep4", "driven", "plain"])
@@ -320,9 +346,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-every", type=int, default=5, help="presses between normal cells (default 5)")
     parser.add_argument("--short", action="store_true", help="CI's version: 12 presses, 4 faults per mode")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the figures here")
+    parser.add_argument(
+        "--fuzz",
+        type=fuzz_spec,
+        default=None,
+        metavar="SPEC",
+        help="schedule fuzzing: set NBDIST_STORE_FUZZ=SPEC (SEED or SEED:PROBABILITY:MAX_MS, e.g. 11 or 11:0.35:50) "
+        "in every kernel and worker (default: off, the variable cleared)",
+    )
     args = parser.parse_args(argv)
     if args.short:
         args.faults, args.presses, args.seeds = 4, 12, args.seeds[:1]
+    fuzz = args.fuzz.spec if args.fuzz else None
+    fuzz_everything(args.fuzz)
+    print(f"store fuzz: {fuzz or 'off'}", flush=True)
     started = time.monotonic()
     began = begin()
     rows = []
@@ -330,14 +367,15 @@ def main(argv: list[str] | None = None) -> int:
     for mode in args.modes:
         for seed in (args.seeds if mode == "presses" else args.seeds[:1]):
             f = soak_mode(mode, args.presses if mode == "presses" else args.faults, seed, args.check_every)
-            row = {**f.row(), "seed": seed}
+            row = {**f.row(), "seed": seed, "fuzz": fuzz}
             rows.append(row)
-            figures.append(soak_figure(f, seed))
+            figures.append(soak_figure(f, seed, fuzz))
             print(json.dumps(row), flush=True)
     summary = {"rows": rows, "seconds": round(time.monotonic() - started, 1), "load": os.getloadavg()[0],
-               "date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores"}
+               "date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores", "fuzz": fuzz}
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1))
+    print(f"store fuzz: {fuzz or 'off'}")
     print(f"{'mode':<10} {'seed':>5} {'faults':>6} {'hangs':>5} {'out of step':>11} {'lost':>4} {'slow stops':>10} "
           f"{'median end':>10} {'p90 end':>8} {'max end':>8}")
     for r in rows:
@@ -348,15 +386,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {r['mode']}: {note}")
     bad = any(r["hangs"] or r["out_of_step"] or r["lost"] or r["slow_stops"] for r in rows)
     if not args.short:  # the short soak is CI's test, not the figure the docs show
+        notes = [f"Store fuzz {fuzz} ({config.FUZZ_VARIABLE}) in every kernel."] if fuzz else []
         record("soak", f"The soak: random faults and stop presses between normal cells (every {args.check_every}th "
-               "press followed by a normal cell on every rank)", figures, began)
+               "press followed by a normal cell on every rank)", figures, began, notes)
     return 1 if bad else 0
 
 
-def soak_figure(f: Figures, seed: int) -> dict[str, Any]:
+def soak_figure(f: Figures, seed: int, fuzz: str | None = None) -> dict[str, Any]:
     """One mode's headline figure, for the docs: seconds from a fault to the end of its cell, and what went wrong."""
     counts = f"hangs {f.hangs}, worlds out of step {f.out_of_step}, outputs lost {f.lost}, stops over 2 s {f.slow}"
-    return figure(f"{f.mode}, seed {seed}: fault to end of cell ({f.faults} faults; {counts})", f.ended, "s",
+    fuzzed = f", store fuzz {fuzz}" if fuzz else ""
+    return figure(f"{f.mode}, seed {seed}{fuzzed}: fault to end of cell ({f.faults} faults; {counts})", f.ended, "s",
                   spread="min–max", target="no hang, none out of step, nothing lost, no slow stop",
                   met=not (f.hangs or f.out_of_step or f.lost or f.slow))
 

@@ -91,6 +91,50 @@ def run_settings(environ: Mapping[str, str] | None = None) -> dict[str, object]:
     return {key: values[key] for key in RUN_SETTINGS if values.get(key) is not None}
 
 
+FUZZ_VARIABLE = "NBDIST_STORE_FUZZ"  # schedule fuzzing at the store's choke point, for soaks (off when unset)
+
+
+@dataclass(frozen=True)
+class StoreFuzz:
+    """Seeded delays at the store's choke point: each chance is taken with ``probability``, for 0..``max_ms`` ms."""
+
+    seed: int
+    probability: float = 0.35
+    max_ms: float = 50.0
+
+    @property
+    def spec(self) -> str:
+        """In the form ``NBDIST_STORE_FUZZ`` and ``soak.py --fuzz`` take (``7:0.35:50``)."""
+        return f"{self.seed}:{self.probability:g}:{self.max_ms:g}"
+
+
+def store_fuzz(environ: Mapping[str, str] | None = None) -> StoreFuzz | None:
+    """``NBDIST_STORE_FUZZ``, parsed: None when unset or empty; a malformed value raises :class:`ConfigError`."""
+    environ = os.environ if environ is None else environ
+    return parse_store_fuzz(environ.get(FUZZ_VARIABLE, ""))
+
+
+def parse_store_fuzz(text: str, name: str = FUZZ_VARIABLE) -> StoreFuzz | None:
+    """``SEED`` or ``SEED:PROBABILITY:MAX_MS`` as a :class:`StoreFuzz` (None for ""); ``name`` is what errors cite."""
+    raw = text.strip()
+    if not raw:
+        return None
+    bad = ConfigError(
+        f"{name} must be SEED or SEED:PROBABILITY:MAX_MS (e.g. 7 or 7:0.35:50; PROBABILITY in 0..1, MAX_MS >= 0), "
+        f"not {raw!r}"
+    )
+    parts = raw.split(":")
+    if len(parts) not in (1, 3):
+        raise bad
+    try:
+        fuzz = StoreFuzz(int(parts[0]), *(float(part) for part in parts[1:]))
+    except ValueError:
+        raise bad from None
+    if not (0.0 <= fuzz.probability <= 1.0 and 0.0 <= fuzz.max_ms < float("inf")):  # also refuses nan
+        raise bad
+    return fuzz
+
+
 def resolve(
     flags: Mapping[str, object],
     namespace: Mapping[str, object],

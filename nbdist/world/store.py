@@ -5,14 +5,20 @@ Every store call goes through :meth:`StoreClient._call`, which turns torch's
 network errors into :class:`~nbdist.errors.StoreConnectionError` naming the
 server. Every wait runs in a helper thread while the calling thread waits in
 short slices, so the stop button works (TCPStore ignores SIGINT).
+
+For soaks, ``NBDIST_STORE_FUZZ`` (:func:`nbdist.config.store_fuzz`) makes each client
+sleep a seeded random delay before and after its operations and waits (:class:`Fuzzer`);
+unset, a client pays one attribute check per call.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import queue
+import random
 import socket
 import threading
 import time
@@ -21,7 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 from .._version import __version__
-from ..config import POLL_INTERVAL, TIMEOUTS
+from ..config import FUZZ_VARIABLE, POLL_INTERVAL, TIMEOUTS, StoreFuzz, store_fuzz
 from ..errors import NotNbdistServerError, StoreConnectionError, WaitTimeout
 from . import auth, signing
 
@@ -88,8 +94,9 @@ def bound_connections(host: str, port: int, seconds: float = OP_TIMEOUT) -> int:
     return count
 
 
-def run_in_thread(fn: Callable[[], Any], seconds: float, what: str) -> Any:
-    """Run a blocking torch call in a daemon thread; wait in interruptible slices."""
+def run_in_thread(fn: Callable[[], Any], seconds: float, what: str, on_tick: Callable[[], None] | None = None) -> Any:
+    """Run a blocking torch call in a daemon thread; wait in interruptible slices (``on_tick`` runs at each, and
+    may raise to give up the wait)."""
     box: dict[str, Any] = {}
     done = threading.Event()
 
@@ -104,6 +111,8 @@ def run_in_thread(fn: Callable[[], Any], seconds: float, what: str) -> Any:
     threading.Thread(target=target, name=f"nbdist-{what}", daemon=True).start()
     deadline = time.monotonic() + seconds
     while not done.wait(POLL_INTERVAL):
+        if on_tick is not None:
+            on_tick()
         if time.monotonic() > deadline:
             raise WaitTimeout(f"{what} took longer than {seconds:g} s")
     if "error" in box:
@@ -160,6 +169,51 @@ class Server:
             log.debug("rendezvous server on %s:%s stopped", self.host, self.port)
 
 
+_ORDINALS = itertools.count()  # this process's fuzzed clients, in the order they were made
+
+
+class Fuzzer:
+    """One client's schedule fuzz: before and after each store operation, a delay with some probability.
+
+    Each decision draws from the client's own ``random.Random``, seeded from the fuzz seed and the
+    client's ordinal in its process, so a process that makes its clients in the same order takes the
+    same decisions for a given seed. ``chances`` and ``delays`` count the decisions and the delays drawn.
+    """
+
+    def __init__(self, fuzz: StoreFuzz, ordinal: int) -> None:
+        self.fuzz, self.ordinal = fuzz, ordinal
+        self._rng = random.Random(f"nbdist-store-fuzz:{fuzz.seed}:{ordinal}")
+        self._lock = threading.Lock()  # a client may be shared by threads: one decision at a time
+        self.chances = 0
+        self.delays = 0
+
+    @classmethod
+    def from_environment(cls) -> Fuzzer | None:
+        """A fuzzer for a new client if ``NBDIST_STORE_FUZZ`` asks for one, else None (read once per client)."""
+        fuzz = store_fuzz()
+        if fuzz is None:
+            return None
+        ordinal = next(_ORDINALS)
+        if ordinal == 0:
+            log.info("store fuzzing on (%s=%s, SEED:PROBABILITY:MAX_MS)", FUZZ_VARIABLE, fuzz.spec)
+        return cls(fuzz, ordinal)
+
+    def draw(self) -> float:
+        """The next decision, in seconds to sleep (0.0: this chance is not taken)."""
+        with self._lock:
+            taken = self._rng.random() < self.fuzz.probability
+            ms = self._rng.uniform(0.0, self.fuzz.max_ms)  # drawn either way: every decision uses two numbers
+            self.chances += 1
+            self.delays += taken
+        return ms / 1000.0 if taken else 0.0
+
+    def pause(self) -> None:
+        """Take the next decision: sleep, or not."""
+        seconds = self.draw()
+        if seconds > 0.0:
+            time.sleep(seconds)
+
+
 class StoreClient:
     """One connection to the rendezvous server, with JSON helpers."""
 
@@ -168,6 +222,7 @@ class StoreClient:
         self._store = store
         self._idle_waiters: list[Any] = []
         self.marker: dict[str, Any] = {}  # the server's marker, once verified
+        self.fuzzer = Fuzzer.from_environment()  # None unless NBDIST_STORE_FUZZ is set
 
     @property
     def address(self) -> str:
@@ -180,12 +235,18 @@ class StoreClient:
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         import torch.distributed as dist
 
+        fuzzer = self.fuzzer
+        if fuzzer is not None:
+            fuzzer.pause()
         try:
-            return fn()
+            out = fn()
         except dist.DistNetworkError as exc:
             raise self._gone(what) from exc
         except dist.DistStoreError as exc:  # an operation (not a wait) that timed out: the link is gone
             raise self._gone(what) from exc
+        if fuzzer is not None:
+            fuzzer.pause()  # after a success only: no delay stands between an error and its caller
+        return out
 
     def _gone(self, what: str) -> StoreConnectionError:
         return StoreConnectionError(
@@ -272,6 +333,9 @@ class StoreClient:
         """
         import torch.distributed as dist
 
+        fuzzer = self.fuzzer
+        if fuzzer is not None:
+            fuzzer.pause()  # before the wait's deadline starts: a delay does not shorten it
         waiter = self._idle_waiters.pop() if self._idle_waiters else _Waiter(self._store, self.host, self.port)
         box, done = waiter.submit([PREFIX + k for k in keys], seconds)
         deadline = time.monotonic() + seconds
@@ -287,6 +351,8 @@ class StoreClient:
         error = box.get("error")
         if error is None:
             self._idle_waiters.append(waiter)
+            if fuzzer is not None:
+                fuzzer.pause()
             return
         waiter.close()
         if isinstance(error, dist.DistNetworkError):
