@@ -15,14 +15,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ._version import __version__
-from .backend import backends, cpplog, debugmode, envplan, tunnel
+from .backend import backends, cpplog, debugmode, envplan, threads, tunnel
 from .backend.environ import Environ
 from .backend.procgroup import destroy_default
-from .cell import capture, cells, prestart, progress, rebuild
+from .cell import capture, cells, prestart, progress, rebuild, turn
 from .cell.guard import Guard, request_stop
 from .cell.hooks import Collectives
 from .cell.plain import PlainNet
 from .cell.stopper import Stopper
+from .cell.turn import Phase
 from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig
 from .drive import follow
 from .drive.slurm import SlurmJob
@@ -40,7 +41,7 @@ from .errors import (
 from .world import netinfo, reach, rendezvous, signing
 from .world.heartbeat import Heartbeat
 from .world.store import Server, StoreClient, connect
-from .world.world import BarrierRefused, World
+from .world.world import BarrierRefused, StoppedAfterOpen, World
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +93,16 @@ class Session:
         self.following = False
         self.process = "kernel"  # what runs this rank: a kernel, or "nbdist follow" (a process with no kernel)
         self.workers: Workers | SlurmJob | None = None  # the followers of %dist_init --spawn
-        self.cell_entered = False  # whether the running notebook cell's %%collective reached the protocol
-        # The world's next step as the running %%collective cell began (its pre_run_cell): its step, even if
-        # another rank's same cell closed that step before this one reached nbdist's code.
-        self.start_turn: int | None = None
+        # The running cell's turn at its step (nbdist.cell.turn): a %%collective claims the world's next step as
+        # the cell begins (its pre_run_cell), even if another rank's same cell closes that step before this one
+        # reaches nbdist's code.
+        self.turn = turn.Turn()
         self.debug = debugmode.DebugMode()  # the world's %dist_debug switch, as applied here
         self.prestart = prestart.Window()  # the stop button just before or after a cell (installed at load)
         self.stop_pressed = False  # pressed in the gap just before this cell began: a %%collective stops at once
         self.view: str | None = None  # %dist_config view=: how this notebook draws tables (None: by the ranks)
+        self.threads_before: int | None = None  # torch's thread count before nbdist set it (backend.threads)
+        self.run_body = cells.watched_body  # how a %%collective's body runs (the interleaving explorer's has none)
 
     # --- joining ------------------------------------------------------------
     def prepare(self) -> None:
@@ -185,6 +188,7 @@ class Session:
         self._route_around_tunnel(cfg)
         self._settle_devices()
         self._set_environment(cfg)
+        self._set_threads()
         self.hooks.group_timeout = self.pg_timeout
         self.hooks.install()
         self.stopper.install()
@@ -279,9 +283,19 @@ class Session:
             "MASTER_PORT": str(cfg.master_port),
         })
 
-    def rebuild_process_group(self, tag: str) -> None:
+    def _set_threads(self) -> None:
+        """One torch thread per rank, as torchrun gives, unless the user set OMP_NUM_THREADS (backend.threads)."""
+        count = threads.plan(self.environ_for_config())
+        if count is None:
+            return
+        self.environ.set({threads.VARIABLE: str(count)})  # for the processes this kernel starts, too
+        before = threads.apply(count)
+        if self.threads_before is None:
+            self.threads_before = before
+
+    def rebuild_process_group(self, tag: str, step: int | None = None) -> None:
         """Build this world's process group afresh, as every rank does at the same point (:mod:`.cell.rebuild`)."""
-        rebuild.build(self, tag)
+        rebuild.build(self, tag, step)
 
     def group_state(self, world: World, gen: int) -> dict[str, Any]:
         """This rank's process-group state as the others judge it at a step (:func:`.cell.rebuild.state`)."""
@@ -388,22 +402,24 @@ class Session:
             # A follower takes the generation its driver read a moment ago, and saves a round trip.
             gen = self.sync_generation(world, None if align is None else align[0])
             if align is None:
-                step, self.start_turn = self.start_turn or world.turn(), None
+                claimed = self.turn.phase is Phase.CLAIMED and self.turn.step is not None
+                self.turn.claim(self.turn.step if claimed else world.turn())  # type: ignore[arg-type]
+                step = self.turn.step
                 try:
-                    cells.refuse_if_peer_did_not_start(world, step, source)
+                    turn.refuse_if_peer_did_not_start(world, step, source)
                 except PeerFailedError:
-                    self._entered()  # it decided at its start: no step of its own to close (after_cell)
+                    self.turn.done()  # it decided at its start: no step of its own to close (after_cell)
                     raise
                 self.drive.before(world, self.secret, "collective", source, follow.cell_flags(flags), step=step)
             else:
-                step = align[1]  # the driver's step, which it runs too
+                self.turn.claim(align[1])  # the driver's step, which it runs too
                 if self.guard is not None:
                     self.guard.new_cell()  # a stop sent during the driver's last cell is not for this one
             flags = dataclasses.replace(flags, view=flags.view or self.view)  # the cell's own, else this notebook's
             return cells.run(world, self.shell, source, flags, self.watch_client, self.hooks.params,
-                             activate=self._activate, rebuild=self.rebuild_process_group, step=step,
-                             state=self.group_state(world, gen), entered=self._entered, stopper=self.stopper,
-                             driver=driver, draw_live=self.process == "kernel")
+                             activate=self._activate, rebuild=lambda n: self.rebuild_process_group(f"t{n}", n),
+                             turn=self.turn, state=self.group_state(world, gen), stopper=self.stopper,
+                             driver=driver, draw_live=self.process == "kernel", run_body=self.run_body)
         except StoreConnectionError as exc:
             marker = world.client.marker
             hosts = [i for i, r in enumerate(world.ranks)
@@ -416,9 +432,6 @@ class Session:
     def _activate(self, checker: Any) -> None:
         self.hooks.active = checker
 
-    def _entered(self) -> None:
-        self.cell_entered = True
-
     def before_cell(self, info: Any = None, *_: Any) -> None:
         """IPython's pre_run_cell event: a cell of the user runs from now (a stop may end it).
 
@@ -426,19 +439,23 @@ class Session:
         nbdist's code (a typo in its flags) closes that step, and this rank, arriving after, fails at once
         with the reason instead of waiting at the step after it.
         """
-        self.cell_entered = False
-        self.stop_pressed = self.prestart.started() or self.stop_pressed
-        self.start_turn = None
-        if self.world is not None:
-            if (getattr(info, "raw_cell", "") or "").lstrip().startswith("%%collective"):
-                try:
-                    self.start_turn = self.world.turn()
-                except StoreConnectionError:  # the cell itself will say so
-                    self.start_turn = None
-            self.stopper.arm()
-            if self.guard is not None:
-                self.guard.new_cell()
-                self.guard.running = True
+        self.turn.begin()
+        late = self.prestart.started()
+        stops = self.turn.stops
+        # A press while this runs would raise inside IPython's event loop, which swallows it: hold it for the cell.
+        with stops.held(take=False):
+            if self.world is not None:
+                if (getattr(info, "raw_cell", "") or "").lstrip().startswith("%%collective"):
+                    try:
+                        self.turn.claim(self.world.turn())
+                    except StoreConnectionError:  # the cell itself will say so
+                        pass
+                self.stopper.arm()
+                if self.guard is not None:
+                    self.guard.new_cell()
+                    self.guard.running = True
+        self.stop_pressed = late or stops.pressed or self.stop_pressed
+        stops.drop()
 
     def after_cell(self, result: Any) -> None:
         """IPython's post_run_cell event: a %%collective stopped before its turn still takes it, closed.
@@ -455,37 +472,69 @@ class Session:
         self.stopper.reset()  # not disarm(): an arm whose disarm a stop cut short must not outlive the cell
         if self.guard is not None:
             self.guard.running = False
-        step, self.start_turn = self.start_turn, None
-        if self.world is None or self.cell_entered or error is None or not raw.lstrip().startswith("%%collective"):
-            return
-        if isinstance(error, DriveError):
-            return  # another notebook drives: this cell never had a turn of its own
-        interrupted = isinstance(error, KeyboardInterrupt)
-        why = "interrupted its cell" if interrupted else f"could not start its cell ({type(error).__name__}: {error})"
         try:
-            self.sync_generation(self.world)
-            body = raw.lstrip().partition("\n")[2]
-            if step is not None:
-                cells.close(self.world, step, why, interrupted, body)  # the step this cell began with
-            else:
-                cells.abandon(self.world, why, interrupted, body)
-        except StoreConnectionError as exc:
-            log.info("could not tell the others this rank's cell did not start: %s", exc)
+            if self.world is None or error is None or not raw.lstrip().startswith("%%collective"):
+                return
+            if isinstance(error, DriveError):
+                return  # another notebook drives: this cell never had a turn of its own
+            interrupted = isinstance(error, KeyboardInterrupt)
+            why = ("interrupted its cell" if interrupted
+                   else f"could not start its cell ({type(error).__name__}: {error})")
+            # A second press must not cut this short (IPython's event loop would swallow it, and nobody be told).
+            with self.turn.stops.held(take=False):
+                try:
+                    self.sync_generation(self.world)
+                    if self.turn.step is None:  # the step could not be read as the cell began: the world's next one
+                        self.turn.claim(self.world.turn())
+                    # Before nbdist's code (the magic's flags, a stop): the step this cell began with, closed.
+                    self.turn.abort(self.world, why, interrupted, raw.lstrip().partition("\n")[2])
+                except StoreConnectionError as exc:
+                    log.info("could not tell the others this rank's cell did not start: %s", exc)
+            self.turn.stops.drop()
+        finally:
+            self.turn.begin()
 
     def barrier(self, timeout: float, step: int | None = None) -> float:
         """All ranks meet at the world's next step (a follower: its driver's ``step``); returns the seconds waited."""
         world = self.require_world("%dist_barrier")
-        self.sync_generation(world)
-        if step is None:
-            step = world.turn()
-            self.drive.before(world, self.secret, "barrier", flags={"timeout": timeout}, step=step)
         start = time.perf_counter()
-        try:
-            world.meet(step, "barrier", f"%dist_barrier #{step}", {}, timeout, working=world.busy_elsewhere,
-                       on_missed=cells.say)
-        except BarrierRefused as exc:
-            raise CellMismatchError(str(exc)) from None
-        world.note(f"passed %dist_barrier #{step}")
+        bar = turn.Turn(self.turn.stops)  # its own turn: a %dist_barrier may run inside another cell
+        with bar.stops.held():  # a stop anywhere in it is taken where the turn can close its step
+            try:
+                self.sync_generation(world)
+                if step is None:
+                    bar.claim(world.turn())
+                    n = bar.step
+                    assert n is not None
+                    try:  # another rank's barrier gave up this step before it was counted in: it waits for none
+                        turn.refuse_if_peer_did_not_start(world, n, turn.BARRIER)
+                    except PeerFailedError:
+                        bar.done()
+                        raise
+                    self.drive.before(world, self.secret, "barrier", flags={"timeout": timeout}, step=n)
+                else:
+                    bar.claim(step)
+                n = bar.step
+                assert n is not None
+                bar.enter(Phase.ARRIVING)
+                try:
+                    world.meet(n, "barrier", f"%dist_barrier #{n}", {}, timeout, working=world.busy_elsewhere,
+                               on_missed=cells.say, on_tick=bar.stops.check, on_arrive=bar.arrived)
+                except StoppedAfterOpen:
+                    pass  # every rank arrived: the barrier is passed, and the stop has nothing left to stop
+                except BarrierRefused as exc:
+                    bar.done()
+                    raise CellMismatchError(str(exc)) from None
+                bar.done()
+                bar.stops.drop()
+            except StoreConnectionError:
+                raise
+            except BaseException as exc:
+                interrupted = isinstance(exc, KeyboardInterrupt)
+                bar.abort(world, "interrupted its cell" if interrupted else f"stopped: {exc}", interrupted,
+                          turn.BARRIER)
+                raise
+        world.note(f"passed %dist_barrier #{n}")
         return time.perf_counter() - start
 
     def status(self) -> list[dict[str, Any]]:
@@ -546,6 +595,9 @@ class Session:
             self.client.close()
             self.client = None
         self.device = None
+        if self.threads_before is not None:
+            threads.apply(self.threads_before)
+            self.threads_before = None
         self.drive = follow.Drive(self.id)
         if self.workers is not None:  # after leaving: their follow loops end as they see this rank leave
             self.workers.shutdown()

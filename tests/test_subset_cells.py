@@ -17,6 +17,7 @@ from nbdist.cell import cells
 from nbdist.cell.fingerprint import peer_of, skipped_message
 from nbdist.drive import follow, kernels
 from nbdist.errors import ConfigError, SkippedRanksError, by_name
+from nbdist.world.verdict import Kind
 
 from .conftest import lend, ok, shared_world
 
@@ -58,8 +59,9 @@ def test_the_ranks_reach_a_follower_through_json_as_the_same_flags():
 def test_the_ranks_are_compared_across_ranks_and_a_difference_is_refused_naming_each_set():
     records = [{"flags": cells.Flags(30.0, ranks=r).compared()} for r in ((0, 1), (0, 1), (0, 1, 2))]
     verdict = cells.start_verdict(None, records)  # type: ignore[arg-type]  # a flags refusal needs no world
-    assert verdict.startswith("refused:the ranks ran %%collective with different flags"), verdict
-    assert "rank(s) 0, 1: --ranks 0,1" in verdict and "rank(s) 2: --ranks 0-2" in verdict, verdict
+    assert verdict.kind is Kind.REFUSED, verdict
+    assert verdict.why.startswith("the ranks ran %%collective with different flags"), verdict
+    assert "rank(s) 0, 1: --ranks 0,1" in verdict.why and "rank(s) 2: --ranks 0-2" in verdict.why, verdict
 
 
 def test_a_skipped_ranks_capture_is_one_note_without_error_or_time():

@@ -3,7 +3,8 @@
 Owns the choice of backend and device before torch is imported (``backends``,
 ``ascend``), environment plans (``envplan``, ``hcclports``, ``tunnel``,
 ``cpplog``, ``debugmode``), what nbdist set in ``os.environ`` (``environ``),
-building, judging and cutting process groups (``procgroup``) and ``nbdist doctor``'s checks (``doctor``).
+torch's thread count on a rank (``threads``), building, judging and cutting
+process groups (``procgroup``) and ``nbdist doctor``'s checks (``doctor``).
 
 May import: the shared base (``errors``, ``config``) and ``nbdist.world``
 (the store, network facts). Nothing of cells, views or drivers.

@@ -224,6 +224,7 @@ class ProcessGroup:
         self._calls: dict[Any, int] = {}  # group -> collectives issued through torch.distributed
         self._p2p: dict[Any, int] = {}  # group -> send/recv calls
         self._store = recording_store(store, timeout, self.endpoints)
+        _restart_group_names()
         dist.init_process_group(backend, store=dist.PrefixStore(prefix, self._store), rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout))
         self.group = dist.distributed_c10d._get_default_group()
@@ -467,6 +468,18 @@ def _shut_down(groups: list[Any]) -> None:
             group.shutdown()
         except RuntimeError as exc:
             log.debug("shutting down a group left behind: %s", exc)
+
+
+def _restart_group_names() -> None:
+    """torch names groups by a per-process count that only destroying a default group resets: a build that
+    failed on one rank alone (a peer stopped or failed in it) moved that rank's count and not the others',
+    and their next groups would meet under different names in the store, and hang. No default group
+    exists when nbdist builds one (each build has a prefix of its own): every rank starts the count afresh."""
+    import torch.distributed as dist
+
+    world = getattr(dist.distributed_c10d, "_world", None)
+    if world is not None and hasattr(world, "group_count") and not dist.is_initialized():
+        world.group_count = 0
 
 
 def destroy_default() -> None:

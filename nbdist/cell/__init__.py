@@ -1,6 +1,7 @@
 """The cell: the protocol one ``%%collective`` (or a plain cell's collective) runs on one rank.
 
-Owns the protocol's steps (``cells``), running and capturing the body
+Owns one rank's turn at a step, its phases and how a step ends early
+(``turn``), the protocol's steps (``cells``), running and capturing the body
 (``capture``, ``outputlog``, ``progress``), checking collectives
 (``fingerprint``, ``history``, ``hooks``), watching and stopping a body
 (``watch``, ``stopper``, ``guard``, ``prestart``), the plain-cell safety net (``plain``),

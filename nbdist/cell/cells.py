@@ -50,18 +50,20 @@ from ..errors import (
 )
 from ..view import ranksets, trace
 from ..view.shrink import fit
+from ..world import verdict as verdicts
 from ..world.store import StoreClient
-from ..world.world import BarrierRefused, World, step_name
+from ..world.verdict import Verdict
+from ..world.world import BarrierRefused, StoppedAfterOpen, World, step_name
 from . import capture, history
 from .fingerprint import CUT_SIGNS, Checker, at_work, differences, raise_if_failed
 from .live import LiveTable, cell_line, where
 from .outputlog import OutputLog
 from .stopper import Stopper
+from .turn import Phase, Turn
 from .watch import CellWatch, publish_failure
 
 MAX_SOURCE_CHARS = 64 * 1024
 MAX_TIME_GRACE = 2.0  # seconds past --max-time a finished rank waits for one whose body its watcher is ending
-REBUILD = "go:rebuild:"
 # Errors that follow from a stop elsewhere (a refused or cut collective), not from this rank's own code.
 _CONSEQUENCES = ("PeerFailedError", "DistBackendError", "DistNetworkError", "DistError")
 
@@ -88,19 +90,19 @@ def _flags_text(flags: dict[str, Any]) -> str:
     return " ".join(words) or "no flags"
 
 
-def start_verdict(world: World, records: list[dict[str, Any]]) -> str:
-    """What the last rank to arrive at a cell decides for every rank: "refused:…", "go:rebuild:…" or "go"."""
+def start_verdict(world: World, records: list[dict[str, Any]]) -> Verdict:
+    """What the last rank to arrive at a cell decides for every rank: refuse, rebuild first, or go."""
     flags: dict[str, list[int]] = {}
     for i, rec in enumerate(records):
         flags.setdefault(_flags_text(rec["flags"]), []).append(i)
     if len(flags) > 1:
         who = "; ".join(f"rank(s) {', '.join(map(str, r))}: {text}" for text, r in flags.items())
-        return ("refused:the ranks ran %%collective with different flags, which change how the cell runs "
-                f"({who}); nothing ran. Use the same %%collective line in every notebook")
+        return verdicts.refused("the ranks ran %%collective with different flags, which change how the cell runs "
+                                f"({who}); nothing ran. Use the same %%collective line in every notebook")
     if not records[0]["flags"].get("allow_different"):
         refusal = compare_sources(records)
         if refusal is not None:
-            return f"refused:{refusal}"
+            return verdicts.refused(refusal)
     whys = {rec["pg"].get("why") for rec in records if not rec["pg"].get("ok")}
     if len(whys) == 1 and all(not rec["pg"].get("ok") for rec in records):
         why = whys.pop()  # every rank says the same (the world moved on): say it once
@@ -112,7 +114,7 @@ def start_verdict(world: World, records: list[dict[str, Any]]) -> str:
         if older:
             why = (f"rank(s) {', '.join(map(str, older))}: the world moved on while they waited (a rank rejoined, or "
                    "another rank's process group failed)")
-    return f"{REBUILD}{why}" if why else "go"
+    return verdicts.rebuild(why) if why else verdicts.GO
 
 
 def compare_sources(records: list[dict[str, Any]]) -> str | None:
@@ -180,98 +182,99 @@ def skipped(ranks: tuple[int, ...]) -> dict[str, Any]:
             "result": None, "error": None, "wall": 0.0}
 
 
-def run(world: World, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
-        params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[str], None],
-        step: int, state: dict[str, Any], entered: Callable[[], None] | None = None,
-        stopper: Stopper | None = None, driver: int | None = None, draw_live: bool = True) -> Outcome:
-    """Run ``source`` on this rank as the world's step ``step``, in lockstep with the others (see the module docstring).
+@dataclass(frozen=True)
+class Body:
+    """What running one rank's body needs (:func:`watched_body`)."""
 
-    ``state`` is this rank's process-group state, as the others judge it (with
-    the generation it was built in); ``activate`` hands the cell's checker to
-    nbdist's wrappers (None when the body ends); ``rebuild(tag)`` rebuilds the
-    process group on this rank. Whatever ends this rank's part early (the stop
-    button anywhere in it, an error of nbdist's own) closes the cell's
-    barriers, so no rank waits for it. ``entered`` is called once the cell has
-    its turn (see :func:`abandon`); ``stopper`` lets the watcher end the body
-    (--max-time, a stop of every rank); ``driver``, on a follower, is the rank
-    whose stop button ends this body too; ``draw_live`` False (a rank with no front end, ``nbdist follow``):
-    it publishes its part of the live table and draws none.
+    world: World
+    watch_client: StoreClient
+    cell: str
+    label: str
+    shell: Any
+    source: str
+    output: OutputLog
+    checker: Checker
+    live: LiveTable
+    flags: Flags
+    stopper: Stopper | None
+    driver: int | None
+    activate: Callable[[Checker | None], None]
+    turn: Turn
+
+
+def watched_body(b: Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+    """Run the body with a :class:`~nbdist.cell.watch.CellWatch` beside it; its capture, why the watcher stopped
+    it (or None) and whether the stop button did."""
+    with CellWatch(b.world, b.watch_client, b.cell, b.checker, b.label, on_tick=b.live.tick,
+                   max_time=b.flags.max_time, stopper=b.stopper, driver=b.driver) as watch:
+        b.activate(b.checker)
+        if b.stopper is not None:
+            b.stopper.arm()
+        try:
+            with b.turn.stops.released():
+                cap = capture.run_cell(b.shell, b.source, b.output)
+        finally:
+            if b.stopper is not None:
+                b.stopper.pause()  # the body is over: from here on a stop must not land in this cell's bookkeeping
+                b.stopper.disarm()
+            b.activate(None)
+    return cap, watch.reason, watch.interrupted
+
+
+def run(world: World, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
+        params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[int], None],
+        turn: Turn, state: dict[str, Any], stopper: Stopper | None = None, driver: int | None = None,
+        draw_live: bool = True, run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]]
+        = watched_body) -> Outcome:
+    """Run ``source`` on this rank as the world's step ``turn.step``, in lockstep with the others (see the module
+    docstring).
+
+    ``turn`` is this rank's turn, claimed at that step (:mod:`nbdist.cell.turn`); ``state`` is this rank's
+    process-group state, as the others judge it (with the generation it was built in); ``activate`` hands
+    the cell's checker to nbdist's wrappers (None when the body ends); ``rebuild(step)`` rebuilds the
+    process group on this rank at that step. Whatever ends this rank's part early (the stop button
+    anywhere in it, an error of nbdist's own) ends its turn (:meth:`~nbdist.cell.turn.Turn.abort`), so
+    no rank waits for it. ``stopper`` lets the watcher end the body (--max-time, a stop of every rank);
+    ``driver``, on a follower, is the rank whose stop button ends this body too; ``draw_live`` False (a
+    rank with no front end, ``nbdist follow``): it publishes its part of the live table and draws none.
+    ``run_body`` runs the body (:func:`watched_body`; the interleaving explorer's ranks have none).
     """
-    cell = step_name(step)
+    step = turn.step
+    assert step is not None, "the turn claims its step first"
     try:
-        if entered is not None:
-            entered()
-        return _run(world, step, cell, shell, source, flags, watch_client, params, activate, rebuild, stopper,
-                    driver, state, draw_live)
+        with turn.stops.held(take=False):  # a press it did not take came as the cell ended: nothing left to stop
+            outcome = _run(world, step, step_name(step), shell, source, flags, watch_client, params, activate,
+                           rebuild, stopper, driver, state, draw_live, turn, run_body)
+        turn.stops.drop()
+        return outcome
     except StoreConnectionError:
+        turn.done()
         raise  # nobody can be told
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         try:
-            close(world, step, "interrupted its cell" if interrupted else f"stopped: {exc}", interrupted)
+            turn.abort(world, "interrupted its cell" if interrupted else f"stopped: {exc}", interrupted, source)
         except StoreConnectionError as lost:
             exc.add_note(f"(the other ranks could not be told: {lost})")
         raise
 
 
-def body_digest(body: str) -> str:
-    """What names a %%collective's body across ranks, whatever its flags (see :func:`refuse_if_peer_did_not_start`)."""
-    return hashlib.sha256(body.strip().encode()).hexdigest()
-
-
-def close(world: World, step: int, reason: str, interrupted: bool = False, body: str | None = None) -> None:
-    """End this rank's part in the cell of ``step`` early: the others stop waiting for it, with ``reason``.
-
-    ``body``: the cell's body, when the cell never reached the protocol (a rank late to the same cell
-    then fails with ``reason`` rather than wait at the next step; see :func:`refuse_if_peer_did_not_start`).
-    """
-    cell = step_name(step)
-    info = {"rank": world.rank, "message": f"{world.describe(world.rank)} {reason}",
-            "kind": "interrupted" if interrupted else "error"}
-    if body is not None:
-        info["unstarted"] = body_digest(body)
-    publish_failure(world.client, world, cell, info)
-    world.close_step(step, reason)
-    world.close_barrier(f"{cell}/out", reason)
-
-
-def abandon(world: World, reason: str, interrupted: bool = False, body: str | None = None) -> None:
-    """A %%collective that failed before it reached the protocol still takes its turn, closed, so none waits."""
-    close(world, world.turn(), reason, interrupted, body)
-
-
-def refuse_if_peer_did_not_start(world: World, n: int, source: str) -> None:
-    """Fail at once when another rank's same cell could not start, and closed its step before this rank read ``n``.
-
-    A rank whose ``%%collective`` fails before nbdist's code (a typo in its flags, a stop) closes the
-    step it took, and the world moves on. A rank that runs the same cell a moment later reads the
-    next step, ``n``, and would wait there for the other until its --timeout. So: if this rank missed
-    step ``n - 1``, that step was closed by another rank's cell with this body that never started,
-    and nobody has come to step ``n`` yet, this cell fails with that rank's reason and takes no step.
-    A rank that has since run its cell again is waiting at ``n``: then this one meets it there.
-    """
-    if world.last_turn is None or n - 1 <= world.last_turn:
-        return
-    cell = step_name(n - 1)
-    info = world.client.get_json_if(world.key(f"{cell}/failed"))
-    if not info or info.get("rank") == world.rank or info.get("unstarted") != body_digest(source):
-        return
-    if world.client.get_if(world.key(f"{step_name(n)}/in/n")) not in (None, "0"):
-        return
-    raise PeerFailedError(f"%%collective #{n - 1} (start): {info.get('message', 'another rank failed')}; "
-                          "run the next cell on every rank")
-
-
 def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
-         params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[str], None],
-         stopper: Stopper | None, driver: int | None, state: dict[str, Any], draw_live: bool) -> Outcome:
+         params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[int], None],
+         stopper: Stopper | None, driver: int | None, state: dict[str, Any], draw_live: bool, turn: Turn,
+         run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]]) -> Outcome:
     label = f"%%collective #{n}"
     timeout = flags.timeout
     digest = hashlib.sha256(source.encode()).hexdigest()
     record = {"hash": digest, "code": source[:MAX_SOURCE_CHARS], "pg": state, "flags": flags.compared()}
+    turn.enter(Phase.ARRIVING)
+    stopped = False
     try:
         opened = world.meet(n, "cell", f"{label} (start)", record, timeout,
-                            verdict=lambda records: start_verdict(world, records), on_missed=say)
+                            verdict=lambda records: start_verdict(world, records), on_missed=say,
+                            on_tick=turn.stops.check, on_arrive=turn.arrived)
+    except StoppedAfterOpen as stop:  # every rank arrived: this rank goes as far as they all must, then stops
+        opened, stopped = stop.verdict, True
     except BarrierRefused as exc:
         raise CellMismatchError(str(exc)) from None
     except WaitTimeout as exc:
@@ -279,9 +282,13 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
             raise
         raise WaitTimeout(f"{exc}. Every rank must rebuild the process group at this cell's start first "
                           f"({state.get('why')})") from None
-    rebuilt = opened.removeprefix(REBUILD) if opened.startswith(REBUILD) else None
+    rebuilt = opened.rebuild
     if rebuilt is not None:
-        rebuild(f"t{n}")
+        turn.enter(Phase.BUILDING)
+        rebuild(n)
+    if stopped:
+        turn.stops.press()
+    turn.enter(Phase.BODY)
     checker = Checker(world, cell, timeout, params, compare=flags.check,
                       on_tick=lambda: raise_if_failed(world, cell), trace=flags.trace, ranks=flags.ranks)
     output = OutputLog()
@@ -301,19 +308,9 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
         cap = skipped(flags.ranks)
     else:
         world.note(f"running {label}", cell=n, body=cell)
-        with CellWatch(world, watch_client, cell, checker, label, on_tick=live.tick, max_time=flags.max_time,
-                       stopper=stopper, driver=driver) as watch:
-            activate(checker)
-            if stopper is not None:
-                stopper.arm()
-            try:
-                cap = capture.run_cell(shell, source, output)
-            finally:
-                if stopper is not None:
-                    stopper.pause()  # the body is over: from here on a stop must not land in this cell's bookkeeping
-                    stopper.disarm()
-                activate(None)
-        reason, interrupted = watch.reason, watch.interrupted
+        cap, reason, interrupted = run_body(Body(world, watch_client, cell, label, shell, source, output, checker,
+                                                 live, flags, stopper, driver, activate, turn))
+    turn.enter(Phase.ENDING)
     live.finish(cap)
     try:
         record = _record(world, cap, checker, interrupted)
@@ -345,7 +342,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     keys = [world.key(f"{cell}/out/{i}") for i in range(world.world_size)]
     try:
         world.barrier(f"{cell}/out", timeout, f"{label} (end)", then=f"finished {label}",
-                      on_tick=lambda: _end_tick(world, cell, live, flags, body_started),
+                      on_tick=lambda: (turn.stops.check(), _end_tick(world, cell, live, flags, body_started)),
                       working=lambda _, last: at_work(cell, last) and _within_max_time(flags, body_started))
     except (NbdistError, KeyboardInterrupt) as exc:
         if world.pg is not None:
@@ -353,6 +350,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
         exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in keys], reason, rebuilt,  # type: ignore[attr-defined]
                               live_id=live.display_id, view=flags.view, show=flags.show)
         raise
+    turn.done()  # the cell ended on every rank
     world.note(f"finished {label}", cell=n)
     outcome = Outcome(n, [json.loads(t) for t in world.client.multi_get(keys)], reason, rebuilt,
                       live_id=live.display_id, view=flags.view, show=flags.show)

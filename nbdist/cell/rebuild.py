@@ -17,16 +17,22 @@ from typing import Any
 from ..backend import envplan
 from ..backend.procgroup import ProcessGroup, destroy_default
 from ..config import TIMEOUTS
-from ..errors import CellMismatchError
+from ..errors import CellMismatchError, PeerFailedError, StoreConnectionError
 from ..world.store import run_in_thread
-from ..world.world import BarrierRefused, World, step_name
+from ..world.world import BarrierRefused, StoppedAfterOpen, World, step_name
 from . import cells
+from .turn import Phase, Turn
 
 BUILT_HCCL = "this kernel has built an HCCL process group already"
 
 
-def build(session: Any, tag: str) -> None:
-    """Build this world's process group afresh (every rank does it at the same point)."""
+def build(session: Any, tag: str, step: int | None = None) -> None:
+    """Build this world's process group afresh (every rank does it at the same point).
+
+    ``step``: the step whose meeting opened this rebuild, if any. Every rank arrived there, so every
+    rank builds (a stop waits until it has: :mod:`nbdist.cell.turn`); one that cannot publishes its
+    failure at that step, and the others' builds end with it instead of waiting in torch's set-up.
+    """
     world = session.world
     assert world is not None and session.client is not None and session.choice is not None
     old, world.pg, session.hooks.pg = world.pg, None, None
@@ -48,7 +54,15 @@ def build(session: Any, tag: str) -> None:
     def make() -> ProcessGroup:
         return ProcessGroup(session.choice.backend, store, prefix, world.rank, world.world_size, session.pg_timeout)
 
-    world.pg = run_in_thread(make, session.pg_timeout, "initialising the process group")
+    def watch() -> None:
+        failed = None if step is None else world.client.get_json_if(world.key(f"{step_name(step)}/failed"))
+        if isinstance(failed, dict) and failed.get("rank") != world.rank:
+            why = failed.get("message", "a rank failed")
+            raise PeerFailedError(f"rebuilding the process group (step #{step}): {why}; run the next cell on every "
+                                  "rank")
+        world.check_peers()
+
+    world.pg = run_in_thread(make, session.pg_timeout, "initialising the process group", on_tick=watch)
     world.pg.gen = world.gen
     session.hooks.pg = world.pg
 
@@ -89,16 +103,37 @@ def ensure(session: Any) -> str | None:
     else:
         why = pg.reason if pg.broken else "the notebook's code destroyed the process group"
         world.bump_generation(gen)  # our own group of this generation: tell the others
-    n = world.turn()
-    label = f"rebuilding the process group before this cell's collective (step #{n}: {why})"
-    announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to rebuild "
-                                       f"the process group ({why})")
-    try:
-        world.meet(n, "rebuild", label, {}, TIMEOUTS["barrier"], on_tick=announce, working=world.busy_elsewhere,
-                   on_missed=cells.say)
-    except BarrierRefused as exc:
-        raise CellMismatchError(str(exc)) from None
-    build(session, f"t{n}")
+    step = Turn(session.turn.stops)  # its own turn: the plain cell that needs it has none
+    with step.stops.held():  # a stop anywhere in it is taken where the turn can close its step
+        try:
+            step.claim(world.turn())
+            n = step.step
+            assert n is not None
+            label = f"rebuilding the process group before this cell's collective (step #{n}: {why})"
+            announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to "
+                                               f"rebuild the process group ({why})")
+            step.enter(Phase.ARRIVING)
+            stopped = False
+            try:
+                world.meet(n, "rebuild", label, {}, TIMEOUTS["barrier"], working=world.busy_elsewhere,
+                           on_missed=cells.say, on_tick=lambda: (step.stops.check(), announce()),
+                           on_arrive=step.arrived)
+            except StoppedAfterOpen:  # every rank arrived, and builds: so does this one, then it stops
+                stopped = True
+            except BarrierRefused as exc:
+                step.done()
+                raise CellMismatchError(str(exc)) from None
+            step.enter(Phase.BUILDING)
+            build(session, f"t{n}", n)
+            step.done()
+            if stopped:
+                raise KeyboardInterrupt
+        except StoreConnectionError:
+            raise
+        except BaseException as exc:
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            step.abort(world, "interrupted its cell" if interrupted else f"stopped: {exc}", interrupted, None)
+            raise
     return why
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from ..backend import backends, envplan
+from ..backend import backends, envplan, threads
 from ..config import DEFAULT_PORT
 from ..drive import launchers
 from ..errors import ConfigError
@@ -111,6 +111,10 @@ def init(namespace: Mapping[str, Any] | None = None, backend: str | None = None,
         print(f"nbdist: warning: {warning}", file=sys.stderr, flush=True)
     environ.update(RANK=str(place.rank), WORLD_SIZE=str(place.world_size), LOCAL_RANK=str(place.local_rank or 0),
                    MASTER_ADDR=addr, MASTER_PORT=str(port))
+    count = threads.plan(environ)
+    if count is not None:  # as torchrun, and as the notebook this script came from (nbdist.backend.threads)
+        environ[threads.VARIABLE] = str(count)
+        threads.apply(count)
     import torch.distributed as dist
 
     dev = backends.activate(choice)

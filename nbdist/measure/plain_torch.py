@@ -18,6 +18,7 @@ import sys
 import tempfile
 from typing import Any
 
+from ..backend import threads
 from ..errors import NbdistError
 from ..world import netinfo
 
@@ -36,6 +37,9 @@ def run(code: str, world_size: int, names: tuple[str, ...], timeout: float = 300
         for rank in range(world_size):
             env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            count = threads.plan(os.environ)  # the threads torchrun (and nbdist) give each rank
+            if count is not None:
+                env[threads.VARIABLE] = str(count)
             procs.append(subprocess.Popen([sys.executable, "-m", "nbdist.measure.plain_torch", f.name, *names],
                                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         outputs = []

@@ -2,7 +2,7 @@
 
 Owns the rendezvous server and its clients (``store``, ``auth``), rounds and
 joining (``rendezvous``, ``reach``), a formed world's barriers and peer checks
-(``world``), heartbeats (``heartbeat``, ``pulse``), signed messages
+(``world``) and what a meeting decided (``verdict``), heartbeats (``heartbeat``, ``pulse``), signed messages
 (``signing``) and this host's network facts (``netinfo``).
 
 May import: ``nbdist.errors``, ``nbdist.config``. It knows nothing of cells,

@@ -26,8 +26,10 @@ from typing import Any
 
 from ..config import HEARTBEAT_INTERVAL, POLL_INTERVAL
 from ..errors import JoinError, PeerFailedError, PeerLostError, WaitTimeout, WorldChangedError
+from . import verdict as verdicts
 from .pulse import judge
 from .store import StoreClient, StoreConnectionError
+from .verdict import Verdict
 
 TURN = "turn"  # the last step the world took (see the module docstring)
 DEAD_AFTER = 5 * HEARTBEAT_INTERVAL  # seconds without a heartbeat before a rank counts as gone
@@ -50,6 +52,18 @@ def bump_generation(client: StoreClient, key: str, seen: int | None) -> int:
 
 class BarrierRefused(Exception):
     """The last rank to arrive refused to open a barrier; the message says why (see ``verdict``)."""
+
+
+class StoppedAfterOpen(KeyboardInterrupt):
+    """The stop button reached a barrier only after every rank had arrived: the others go on with ``verdict``.
+
+    The stop belongs to what follows the meeting (its caller decides where it lands: a rebuild that
+    every rank started must finish first). Left unhandled it is the stop button's KeyboardInterrupt.
+    """
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__()
+        self.verdict = verdict
 
 
 class PeerTracker:
@@ -138,8 +152,8 @@ class World:
         """Move the world past step ``n``; idempotent, and a no-op once the world is past it."""
         self.client.compare_set(self.key(TURN), str(n - 1), str(n))
 
-    def close_step(self, n: int, reason: str) -> str:
-        """Close step ``n``'s meeting with this rank's reason (whether or not it got there); returns its state."""
+    def close_step(self, n: int, reason: str) -> Verdict | None:
+        """Close step ``n``'s meeting with this rank's reason (whether or not it got there); returns its verdict."""
         self.take_turn(n)
         return self.close_barrier(f"{step_name(n)}/in", reason)
 
@@ -148,23 +162,27 @@ class World:
         if self.last_turn is None or n <= self.last_turn + 1:
             return None
         first, last = self.last_turn + 1, n - 1
-        why = self.client.get_if(self.key(f"{step_name(last)}/in/state")) or "closed"
+        decided = verdicts.decode(self.client.get_if(self.key(f"{step_name(last)}/in/state")))
+        why = decided.encode() if decided is not None else "closed"
         steps = f"step #{first}" if first == last else f"steps #{first}-#{last}"
         return (f"{steps} went by without this rank (the last: {why}); it meets the others at step #{n}, which "
                 "every rank reaches next")
 
     def meet(self, n: int, kind: str, label: str, record: dict[str, Any], timeout: float,
-             verdict: Callable[[list[dict[str, Any]]], str] | None = None,
+             verdict: Callable[[list[dict[str, Any]]], Verdict] | None = None,
              on_tick: Callable[[], None] | None = None,
              working: Callable[[int, dict[str, Any]], bool] | None = None,
-             on_missed: Callable[[str], None] | None = None) -> str:
-        """Meet every rank at step ``n``; returns the state it opened with (see :meth:`barrier`).
+             on_missed: Callable[[str], None] | None = None,
+             on_arrive: Callable[[], None] | None = None) -> Verdict:
+        """Meet every rank at step ``n``; returns the verdict it opened with (see :meth:`barrier`).
 
         ``kind`` says what the step is ("cell", "barrier", "rebuild"): ranks that reach
         different kinds of step ran different cells, and are refused alike, each named
         with its ``label``. Where the kinds agree, ``verdict`` decides from every rank's
         ``record`` (in rank order), as the last rank to arrive reads them. ``on_missed``
-        is told, before the wait, of steps the world took without this rank (see :meth:`missed`).
+        is told, before the wait, of steps the world took without this rank (see :meth:`missed`);
+        ``on_arrive``, once its record is in and just before it is counted in (it may raise: then
+        nothing closes the meeting here, and the caller does).
         """
         name = step_name(n)
         missed = self.missed(n)
@@ -173,7 +191,7 @@ class World:
         self.last_turn = n
         self.client.set_json(self.key(f"{name}/src/{self.rank}"), {**record, "kind": kind, "label": label})
 
-        def decide() -> str:
+        def decide() -> Verdict:
             keys = [self.key(f"{name}/src/{i}") for i in range(self.world_size)]
             records = [json.loads(t) for t in self.client.multi_get(keys)]
             if len({rec["kind"] for rec in records}) > 1:
@@ -181,10 +199,12 @@ class World:
                 for i, rec in enumerate(records):
                     steps.setdefault(rec["label"], []).append(i)
                 who = "; ".join(f"{_ranks_text(r)}: {text}" for text, r in steps.items())
-                return (f"refused:the ranks reached different steps ({who}); nothing ran. Run the same cell in every "
-                        "notebook")
-            return verdict(records) if verdict is not None else "go"
+                return verdicts.refused(f"the ranks reached different steps ({who}); nothing ran. Run the same cell "
+                                        "in every notebook")
+            return verdict(records) if verdict is not None else verdicts.GO
 
+        if on_arrive is not None:
+            on_arrive()  # this rank is counted in next: what raises here leaves the meeting as it was
         return self.barrier(f"{name}/in", timeout, label, on_tick=on_tick, verdict=decide, working=working, turn=n)
 
     # --- activity and health ----------------------------------------------
@@ -200,7 +220,8 @@ class World:
         """
         last = self.client.get_json_if(self.key(f"last/{rank}")) or {}
         name, then = last.get("barrier"), last.get("then")
-        if name and then and (self.client.get_if(f"{self.key(name)}/state") or "").startswith("go"):
+        decided = verdicts.decode(self.client.get_if(f"{self.key(name)}/state")) if name and then else None
+        if decided is not None and decided.opened:
             return {**last, "what": then}
         return last
 
@@ -252,19 +273,17 @@ class World:
 
     # --- barriers -----------------------------------------------------------
     def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None,
-                verdict: Callable[[], str] | None = None, members: list[int] | None = None,
+                verdict: Callable[[], Verdict] | None = None, members: list[int] | None = None,
                 working: Callable[[int, dict[str, Any]], bool] | None = None, turn: int | None = None,
-                then: str | None = None) -> str:
+                then: str | None = None) -> Verdict:
         """Wait until every rank (or every one of ``members``) arrives at barrier ``name``, or fail naming who did not.
 
-        The last rank to arrive opens the barrier with the state ``verdict``
-        returns there ("go" without one; any state starting with "go" opens
-        it, and every rank gets that state back). A state starting with
-        "refused:" refuses it instead, and every rank raises
-        :class:`BarrierRefused` with the rest as the message. A rank that
-        stops waiting (timeout, interrupt, a lost peer) closes it with its
-        reason, so the ranks still waiting fail with that reason and a late
-        one fails at once.
+        The last rank to arrive decides with ``verdict`` (go without one;
+        see :mod:`nbdist.world.verdict`): a verdict that opens it is every
+        rank's return value; a refusal makes every rank raise
+        :class:`BarrierRefused` with its reason. A rank that stops waiting
+        (timeout, interrupt, a lost peer) closes it with its reason, so the
+        ranks still waiting fail with that reason and a late one fails at once.
 
         ``working(rank, last)`` says, from a missing rank's last recorded activity,
         whether it is still working towards this barrier (running the cell's
@@ -282,31 +301,36 @@ class World:
         expected = self.world_size if members is None else len(members)
         try:
             if self.client.add(f"{base}/n", 1) >= expected:  # the last to arrive opens it: nobody waits for its note
-                decided = verdict() if verdict is not None else "go"
+                decided = verdict() if verdict is not None else verdicts.GO
                 if turn is not None:
                     self.take_turn(turn)
-                state = self.client.compare_set(f"{base}/state", "", decided)
+                state = verdicts.decode(self.client.compare_set(f"{base}/state", "", decided.encode()))
             else:
                 self.note(f"waiting at {label}", barrier=name, then=then or f"passed {label}",
                           **({} if turn is None else {"turn": turn}))
                 state = self._wait_open(base, name, timeout, label, on_tick, members, working, turn)
         except KeyboardInterrupt as exc:  # wherever it lands (a store call defers it): nobody may wait for this rank
             user = type(exc) is KeyboardInterrupt
-            self._close(base, "interrupted its cell" if user else f"stopped: {exc}", turn)
+            state = self._close(base, "interrupted its cell" if user else f"stopped: {exc}", turn)
+            if state is not None and state.opened:
+                # Every rank arrived before the stop could close it: they go on, so the stop is the step's now.
+                raise StoppedAfterOpen(state) from None
             self._note_gave_up(label, "the stop button" if user else str(exc))
             if user:  # the stop button: its message, not nbdist's frames
                 exc._render_traceback_ = lambda: [f"KeyboardInterrupt: stopped waiting at {label}; the other "  # type: ignore[attr-defined]
                                                   "ranks were told"]
             raise
-        if state.startswith("refused:"):
-            raise BarrierRefused(state.removeprefix("refused:"))
-        if not state.startswith("go"):
-            raise PeerFailedError(f"{label}: {state}; run the next cell on every rank")
+        if state is None:
+            raise PeerFailedError(f"{label}: the meeting ended undecided; run the next cell on every rank")
+        if state.kind is verdicts.Kind.REFUSED:
+            raise BarrierRefused(state.why)
+        if not state.opened:
+            raise PeerFailedError(f"{label}: {state.encode()}; run the next cell on every rank")
         return state
 
     def _wait_open(self, base: str, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None,
                    members: list[int] | None, working: Callable[[int, dict[str, Any]], bool] | None,
-                   turn: int | None) -> str:
+                   turn: int | None) -> Verdict | None:
         deadline = time.monotonic() + timeout
 
         def tick() -> None:
@@ -327,31 +351,33 @@ class World:
                 # With ``working``, the deadline is the tick's to keep: it moves while the missing ranks work.
                 left = max(POLL_INTERVAL, ends - time.monotonic()) if working is None else UNBOUNDED
                 self.client.wait([f"{base}/state"], left, on_tick=tick)
-                state = self.client.get_if(f"{base}/state")
+                state = verdicts.decode(self.client.get_if(f"{base}/state"))
                 if state is not None:
                     return state
                 # Woken with nothing set: torch's TCPStore also wakes a wait when another client's
                 # compare-and-set merely reads the missing key. Wait again.
         except WaitTimeout:
-            if self._close(base, f"gave up waiting after {timeout:g} s", turn) != "go":
+            state = self._close(base, f"gave up waiting after {timeout:g} s", turn)
+            if state is None or not state.opened:
                 missing = self._who_is_missing(name, timeout, label, members)
                 self._note_gave_up(label, f"waited {timeout:g} s")
                 raise WaitTimeout(missing) from None
+            return state  # it opened as this rank gave up: go on with the others
         except Exception as exc:
-            if self._close(base, f"stopped waiting: {exc}", turn) != "go":
+            state = self._close(base, f"stopped waiting: {exc}", turn)
+            if state is None or not state.opened:
                 self._note_gave_up(label, str(exc))
             raise
-        return self.client.get_if(f"{base}/state") or ""
 
-    def _close(self, base: str, reason: str, turn: int | None = None) -> str:
-        """Close an open barrier with a reason (taking its ``turn``, if it meets a step); returns its state
-        ("go" if it opened meanwhile)."""
+    def _close(self, base: str, reason: str, turn: int | None = None) -> Verdict | None:
+        """Close an open barrier with a reason (taking its ``turn``, if it meets a step); returns its verdict
+        (one that opened, if it opened meanwhile); None if the store is gone."""
         try:
             if turn is not None:
                 self.take_turn(turn)
-            return self.client.compare_set(f"{base}/state", "", f"{self.describe(self.rank)} {reason}")
+            return verdicts.decode(self.client.compare_set(f"{base}/state", "", f"{self.describe(self.rank)} {reason}"))
         except StoreConnectionError:  # the store itself is gone: nobody to tell
-            return ""
+            return None
 
     def _note_gave_up(self, label: str, why: str) -> None:
         """This rank waits at ``label`` no more: its note must not say it still does."""
@@ -360,7 +386,7 @@ class World:
         except StoreConnectionError:
             return
 
-    def close_barrier(self, name: str, reason: str) -> str:
+    def close_barrier(self, name: str, reason: str) -> Verdict | None:
         """Close barrier ``name`` with this rank's reason, whether or not this rank reached it."""
         return self._close(self.key(name), reason)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nbdist.cell import cells
+from nbdist.cell import turn
 from nbdist.errors import PeerFailedError
 from nbdist.world.store import Server, connect
 from nbdist.world.world import World, step_name
@@ -30,11 +30,11 @@ def pair(port):
 
 def test_the_late_rank_fails_with_the_peers_reason_and_takes_no_step(pair):
     late, peer = pair
-    cells.abandon(peer, "could not start its cell (UsageError: unrecognized arguments: --timeuot)", body=BODY)
+    turn.abandon(peer, "could not start its cell (UsageError: unrecognized arguments: --timeuot)", body=BODY)
     n = late.turn()
     assert n == 2  # step 1 went by
     with pytest.raises(PeerFailedError) as caught:
-        cells.refuse_if_peer_did_not_start(late, n, " x = RANK ")  # the body as its magic gets it
+        turn.refuse_if_peer_did_not_start(late, n, " x = RANK ")  # the body as its magic gets it
     assert "%%collective #1 (start): rank 1 (h, pid 2) could not start its cell (UsageError" in str(caught.value)
     assert late.turn() == 2  # no step taken: the next cell of every rank meets at step 2
 
@@ -43,11 +43,11 @@ def test_the_late_rank_fails_with_the_peers_reason_and_takes_no_step(pair):
 def test_otherwise_it_goes_to_meet_the_others(pair, case):
     late, peer = pair
     closer = late if case == "its own" else peer
-    cells.abandon(closer, "interrupted its cell", interrupted=True, body=None if case == "no body" else BODY)
+    turn.abandon(closer, "interrupted its cell", interrupted=True, body=None if case == "no body" else BODY)
     n = late.turn()
     if case == "peer waits at n":  # the peer ran the cell again and is waiting at the next step
         peer.client.add(peer.key(f"{step_name(n)}/in/n"), 1)
     if case == "it met that step":
         late.last_turn = n - 1
     source = "y = RANK\n" if case == "another cell" else BODY
-    cells.refuse_if_peer_did_not_start(late, n, source)  # does not raise
+    turn.refuse_if_peer_did_not_start(late, n, source)  # does not raise

@@ -7,6 +7,7 @@ import json
 import threading
 import time
 
+from nbdist.world import verdict as verdicts
 from nbdist.world.store import Server, connect
 from nbdist.world.world import World
 
@@ -37,9 +38,9 @@ def test_a_barrier_waits_on_while_another_client_reads_its_missing_state_key(por
             assert spy.get_if("r/0/g0/t/1/state") is None
             time.sleep(0.05)
         assert t.is_alive() and "state" not in box, box
-        assert worlds[1].barrier("g0/t/1", 30, "a test barrier") == "go"
+        assert worlds[1].barrier("g0/t/1", 30, "a test barrier") == verdicts.GO
         t.join(10)
-        assert box.get("state") == "go", box
+        assert box.get("state") == verdicts.GO, box
     finally:
         for c in clients:
             c.close()
@@ -86,7 +87,7 @@ def test_a_rank_recorded_waiting_at_a_barrier_that_has_opened_reads_as_past_it(p
         while "barrier" not in worlds[1].last(0) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert worlds[1].last(0)["what"] == "waiting at %%collective #1 (end)"  # not open yet: still waiting
-        assert worlds[1].barrier("g0/t/2", 30, "%%collective #1 (end)") == "go"
+        assert worlds[1].barrier("g0/t/2", 30, "%%collective #1 (end)") == verdicts.GO
         t.join(5)
         assert worlds[1].last(0)["what"] == "finished %%collective #1"  # as it will record
         worlds[0].note("running %%collective #2")

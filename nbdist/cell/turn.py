@@ -1,0 +1,256 @@
+"""One rank's turn at a step: its phases, the stop button while nbdist's own part runs, and how a step ends early.
+
+Every ``%%collective``, ``%dist_barrier`` and rebuild of the process group is a numbered step of
+the world (:mod:`nbdist.world.world`). One rank's part in a step goes through these phases::
+
+    IDLE --claim--> CLAIMED --> ARRIVING --counted--> MEETING --opened--> [BUILDING] --> BODY --> ENDING --> DONE
+                       |            |                    |                    |           |         |
+                       +------------+--------------------+--------------------+-----------+---------+--abort--> DONE
+
+- ``CLAIMED``: the rank read the step's number (at IPython's ``pre_run_cell`` for a ``%%collective``)
+  and has not arrived at its meeting;
+- ``ARRIVING``: it records itself at the step's meeting (``t/<n>/in``), not yet counted in;
+- ``MEETING``: it is counted in, and waits for the others (or decides, as the last to arrive);
+- ``BUILDING``: the meeting opened with a rebuild, and the rank builds the process group;
+- ``BODY``: the body runs (or, outside ``--ranks``, is skipped);
+- ``ENDING``: the rank publishes its output and meets the others at the end (``t/<n>/out``).
+
+:meth:`Turn.abort` is the one place where a rank's step ends early, whatever ended it (the stop
+button, a typo in the magic's flags, an error of nbdist's own); what it writes depends only on the
+phase (:func:`closing`). While nbdist's own part of a step runs, the stop button is *held*
+(:class:`StopButton`): a press is recorded, and taken where the turn can act on it, never between
+two store calls: at the meeting's wait (which closes the meeting), before the body (the body ends
+interrupted, and the others are told) or at the end's wait. A rebuild that every rank started is
+finished first: stopping one rank inside it would leave the others waiting in torch's set-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hashlib
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import PeerFailedError
+from ..world.world import World, step_name
+from .watch import publish_failure
+
+BARRIER = "%dist_barrier"  # what names a %dist_barrier's step across ranks, as a body names a cell's
+
+
+class Phase(enum.Enum):
+    IDLE = "idle"
+    CLAIMED = "claimed"
+    ARRIVING = "arriving"
+    MEETING = "meeting"
+    BUILDING = "building"
+    BODY = "body"
+    ENDING = "ending"
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class Closing:
+    """What a rank that leaves its step early writes: the step's meeting and end are closed and its failure
+    published; ``unstarted``: with the body's hash, so that a rank late to the same cell fails at once
+    rather than wait at the next step (:func:`refuse_if_peer_did_not_start`)."""
+
+    unstarted: bool
+
+
+def closing(phase: Phase) -> Closing | None:
+    """What a rank leaving its step in ``phase`` must write; None when there is nothing to close."""
+    if phase in (Phase.IDLE, Phase.DONE):
+        return None
+    # Never counted in at its meeting: the same cell, run late elsewhere, must not wait for this one. (One that was
+    # counted in and gave up waiting is met by a late rank at the next step, with a line saying so.)
+    return Closing(unstarted=phase in (Phase.CLAIMED, Phase.ARRIVING))
+
+
+def takes_stop(phase: Phase) -> bool:
+    """Whether a held press of the stop button is acted on as the step enters ``phase``.
+
+    Never inside a rebuild that every rank started, and not as the body ends: there the end's wait
+    takes it while it waits for others (once every rank has ended, it has nothing left to stop).
+    """
+    return phase not in (Phase.BUILDING, Phase.ENDING, Phase.DONE)
+
+
+class StopButton:
+    """The stop button while nbdist's own part of a step runs: held (recorded), then taken where the turn decides.
+
+    On the main thread of a kernel the press is SIGINT, whose handler is swapped for a recorder inside
+    :meth:`held`; elsewhere (a test's or the explorer's simulated ranks) :meth:`press` stands for it.
+    """
+
+    def __init__(self) -> None:
+        self._pressed = False
+        self._depth = 0
+        self._saved: Any = None
+
+    @property
+    def pressed(self) -> bool:
+        return self._pressed
+
+    @property
+    def holding(self) -> bool:
+        """Whether a press is recorded now rather than raised (nbdist's own part of a step runs)."""
+        return self._depth > 0
+
+    def press(self, *_: Any) -> None:
+        self._pressed = True
+
+    def drop(self) -> None:
+        """Forget a held press: what it would have stopped has ended."""
+        self._pressed = False
+
+    def check(self) -> None:
+        """Take a held press: KeyboardInterrupt, as the stop button itself raises."""
+        if self._pressed:
+            self._pressed = False
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def held(self, take: bool = True) -> Iterator[None]:
+        """Hold the stop button for the block; a press left untaken raises KeyboardInterrupt as the block ends
+        (``take`` False: it stays in :attr:`pressed` for the caller, who must not raise where it is)."""
+        self._depth += 1
+        if self._depth == 1:
+            self._pressed = False
+            self._record()
+        try:
+            yield
+        except BaseException:
+            self._leave()
+            raise  # the block ends anyway: a press held meanwhile is part of its end
+        self._leave()
+        if self._depth == 0 and take:
+            self.check()
+
+    @contextlib.contextmanager
+    def released(self) -> Iterator[None]:
+        """Let the stop button raise again for the block (a body of the user's); a press held so far raises first."""
+        self.check()
+        restore = self._depth > 0 and self._on_main()
+        if restore:
+            signal.signal(signal.SIGINT, self._saved)
+        try:
+            yield
+        finally:
+            if restore:
+                signal.signal(signal.SIGINT, self.press)
+
+    def _record(self) -> None:
+        if self._on_main():
+            saved = signal.signal(signal.SIGINT, self.press)
+            self._saved = saved if callable(saved) else signal.default_int_handler
+
+    def _leave(self) -> None:
+        self._depth -= 1
+        if self._depth == 0 and self._on_main() and self._saved is not None:
+            signal.signal(signal.SIGINT, self._saved)
+            self._saved = None
+
+    @staticmethod
+    def _on_main() -> bool:
+        return threading.current_thread() is threading.main_thread()
+
+
+class Turn:
+    """One rank's turn at the step its running cell takes (one per kernel; see the module docstring)."""
+
+    def __init__(self, stops: StopButton | None = None) -> None:
+        self.phase = Phase.IDLE
+        self.step: int | None = None
+        self.stops = StopButton() if stops is None else stops  # one per kernel: its turns share it
+
+    def begin(self) -> None:
+        """A cell of the user's starts: no step yet."""
+        self.phase, self.step = Phase.IDLE, None
+
+    def claim(self, step: int) -> None:
+        self.phase, self.step = Phase.CLAIMED, step
+
+    def enter(self, phase: Phase) -> None:
+        """The step moves on to ``phase`` (a held press is taken here unless the phase holds it)."""
+        self.phase = phase
+        if takes_stop(phase):
+            self.stops.check()
+
+    def done(self) -> None:
+        self.phase = Phase.DONE
+
+    def arrived(self) -> None:
+        """This rank is counted in at the step's meeting next (:meth:`nbdist.world.world.World.meet`). A press held
+        while it recorded itself there is taken first, as a stop before it was counted in: it leaves the meeting
+        to :meth:`abort`, which tells a late rank before anyone can see the step closed."""
+        if self.phase is Phase.ARRIVING:
+            self.stops.check()
+            self.phase = Phase.MEETING
+
+    def abort(self, world: World, reason: str, interrupted: bool, body: str | None) -> None:
+        """This rank's step ends early: close what its phase left open (see :func:`closing`); idempotent.
+
+        The stop button is held while it writes: a second press must not cut the closing short and leave
+        the others waiting for this rank.
+        """
+        what = closing(self.phase)
+        step, self.phase = self.step, Phase.DONE
+        if what is None or step is None:
+            return
+        with self.stops.held(take=False):
+            close(world, step, reason, interrupted, body if what.unstarted else None)
+        if not self.stops.holding:
+            self.stops.drop()  # the stop that ended the step is the one being raised
+
+
+def body_digest(body: str) -> str:
+    """What names a %%collective's body across ranks, whatever its flags (see :func:`refuse_if_peer_did_not_start`)."""
+    return hashlib.sha256(body.strip().encode()).hexdigest()
+
+
+def close(world: World, step: int, reason: str, interrupted: bool = False, body: str | None = None) -> None:
+    """End this rank's part in the cell of ``step`` early: the others stop waiting for it, with ``reason``.
+
+    ``body``: the cell's body, when the cell never reached the protocol (a rank late to the same cell
+    then fails with ``reason`` rather than wait at the next step; see :func:`refuse_if_peer_did_not_start`).
+    """
+    cell = step_name(step)
+    info = {"rank": world.rank, "message": f"{world.describe(world.rank)} {reason}",
+            "kind": "interrupted" if interrupted else "error"}
+    if body is not None:
+        info["unstarted"] = body_digest(body)
+    publish_failure(world.client, world, cell, info)
+    world.close_step(step, reason)
+    world.close_barrier(f"{cell}/out", reason)
+
+
+def abandon(world: World, reason: str, interrupted: bool = False, body: str | None = None) -> None:
+    """A %%collective that failed before it reached the protocol still takes its turn, closed, so none waits."""
+    close(world, world.turn(), reason, interrupted, body)
+
+
+def refuse_if_peer_did_not_start(world: World, n: int, source: str) -> None:
+    """Fail at once when another rank's same cell could not start, and closed its step before this rank read ``n``.
+
+    A rank whose ``%%collective`` fails before nbdist's code (a typo in its flags, a stop) closes the
+    step it took, and the world moves on. A rank that runs the same cell a moment later reads the
+    next step, ``n``, and would wait there for the other until its --timeout. So: if this rank missed
+    step ``n - 1``, that step was closed by another rank's cell with this body that never started,
+    and nobody has come to step ``n`` yet, this cell fails with that rank's reason and takes no step.
+    A rank that has since run its cell again is waiting at ``n``: then this one meets it there.
+    """
+    if world.last_turn is None or n - 1 <= world.last_turn:
+        return
+    cell = step_name(n - 1)
+    info = world.client.get_json_if(world.key(f"{cell}/failed"))
+    if not info or info.get("rank") == world.rank or info.get("unstarted") != body_digest(source):
+        return
+    if world.client.get_if(world.key(f"{step_name(n)}/in/n")) not in (None, "0"):
+        return
+    label = f"%dist_barrier #{n - 1}" if source == BARRIER else f"%%collective #{n - 1} (start)"
+    raise PeerFailedError(f"{label}: {info.get('message', 'another rank failed')}; run the next cell on every rank")

@@ -1,0 +1,84 @@
+"""One rank's turn at a step (nbdist.cell.turn) and the meetings' verdicts (nbdist.world.verdict): pure decisions,
+and the stop button held for real (SIGINT on this process's main thread)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from nbdist.cell.turn import Closing, Phase, StopButton, Turn, closing, takes_stop
+from nbdist.world import verdict as verdicts
+from nbdist.world.verdict import Kind, Verdict
+
+
+@pytest.mark.parametrize(("text", "kind", "why"), [
+    ("go", Kind.GO, ""),
+    ("go:rebuild:rank 1: it has no process group yet", Kind.REBUILD, "rank 1: it has no process group yet"),
+    ("go:rebuild:", Kind.REBUILD, ""),
+    ("refused:the ranks entered this %%collective with different code", Kind.REFUSED,
+     "the ranks entered this %%collective with different code"),
+    ("rank 1 (h, pid 2) interrupted its cell", Kind.CLOSED, "rank 1 (h, pid 2) interrupted its cell"),
+    ("gone", Kind.CLOSED, "gone"),  # only "go" and "go:…" open; anything else a rank wrote closes
+])
+def test_a_state_as_the_store_holds_it_reads_as_one_verdict_and_writes_back_the_same(text, kind, why):
+    decided = verdicts.decode(text)
+    assert decided == Verdict(kind, why)
+    assert decided.encode() == text
+    assert decided.opened is (kind in (Kind.GO, Kind.REBUILD))
+    assert decided.rebuild == (why if kind is Kind.REBUILD else None)
+
+
+def test_an_unset_state_is_undecided_and_any_go_form_opens():
+    assert verdicts.decode(None) is None and verdicts.decode("") is None
+    assert verdicts.decode("go:a later form") == verdicts.GO
+
+
+@pytest.mark.parametrize(("phase", "expected"), [
+    (Phase.IDLE, None),
+    (Phase.CLAIMED, Closing(unstarted=True)),  # the typo, and the stop before the meeting (finding F1)
+    (Phase.ARRIVING, Closing(unstarted=True)),
+    (Phase.MEETING, Closing(unstarted=False)),  # counted in, it gave up waiting: a late rank meets at the next step
+    (Phase.BUILDING, Closing(unstarted=False)),
+    (Phase.BODY, Closing(unstarted=False)),
+    (Phase.ENDING, Closing(unstarted=False)),
+    (Phase.DONE, None),
+])
+def test_what_a_rank_leaving_its_step_writes_depends_on_its_phase_alone(phase, expected):
+    assert closing(phase) == expected
+
+
+def test_a_held_stop_is_taken_everywhere_but_inside_a_rebuild_and_at_the_body_s_end():
+    taken = {phase for phase in Phase if takes_stop(phase)}
+    assert taken == {Phase.IDLE, Phase.CLAIMED, Phase.ARRIVING, Phase.MEETING, Phase.BODY}
+
+
+def test_the_stop_button_is_held_in_nbdists_part_and_raises_where_the_turn_takes_it():
+    stops = StopButton()
+    with pytest.raises(KeyboardInterrupt):
+        with stops.held():
+            signal.raise_signal(signal.SIGINT)  # the stop button: recorded, not raised here
+            assert stops.pressed
+            marker = "went on"  # the statement after the press ran
+    assert marker == "went on"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
+    turn = Turn(stops)
+    with stops.held():
+        turn.claim(3)
+        signal.raise_signal(signal.SIGINT)
+        turn.enter(Phase.BUILDING)  # held through a rebuild
+        with pytest.raises(KeyboardInterrupt):
+            turn.enter(Phase.BODY)
+        with stops.released():  # the body: the stop button raises at once
+            with pytest.raises(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
+        assert not stops.pressed
+
+
+def test_a_press_held_while_a_cell_begins_is_left_to_the_caller():
+    stops = StopButton()
+    with stops.held(take=False):
+        signal.raise_signal(signal.SIGINT)
+    assert stops.pressed  # IPython's pre_run_cell would swallow a raise: the cell takes it (finding F4)
+    stops.drop()
+    assert not stops.pressed

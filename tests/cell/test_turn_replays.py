@@ -1,0 +1,175 @@
+"""The stop button landing inside one named store call of a step, replayed on a real server over real TCP.
+
+Each test is a race that schedule fuzzing found (issue 34, findings F1-F3): the stop lands in nbdist's own
+part of a step, between two store calls. Here a real SIGINT is raised on this process's main thread inside
+that store call, as the stop button would; the other rank is a second world in a thread. Before the turn
+held the stop button in nbdist's part, each of these left the other rank waiting out its --timeout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from nbdist.cell import cells, turn
+from nbdist.cell.turn import Turn
+from nbdist.errors import PeerFailedError
+from nbdist.session import Session
+from nbdist.world import verdict as verdicts
+from nbdist.world.store import Server, StoreClient, connect
+from nbdist.world.world import World, step_name
+
+RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
+BODY = "x = RANK\n"
+WAIT = 30.0  # the other rank's --timeout: a replay that regresses waits it out, then fails
+
+
+class PressInside(StoreClient):
+    """A real connection whose one named call is where the stop button lands (a SIGINT on the main thread)."""
+
+    def __init__(self, client: StoreClient, op: str, key_end: str) -> None:
+        super().__init__(client.host, client.port, client.raw())
+        self.marker, self.op, self.key_end, self.pressed = client.marker, op, key_end, 0
+
+    def _press_if(self, op: str, key: str) -> None:
+        if op == self.op and key.endswith(self.key_end) and not self.pressed:
+            self.pressed += 1
+            signal.raise_signal(signal.SIGINT)
+
+    def add(self, key: str, amount: int) -> int:
+        value = super().add(key, amount)
+        self._press_if("add", key)
+        return value
+
+    def compare_set(self, key: str, expected: str, desired: str) -> str:
+        value = super().compare_set(key, expected, desired)
+        self._press_if("compare_set", key)
+        return value
+
+    def set(self, key: str, value: str) -> None:
+        super().set(key, value)
+        self._press_if("set", key)
+
+
+@pytest.fixture
+def pair(port):
+    server = Server("127.0.0.1", port)
+    clients = [connect("127.0.0.1", port) for _ in range(2)]
+    try:
+        worlds = [World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate(clients)]
+        for w in worlds:
+            w.last_turn = w.turn() - 1  # both just joined
+        yield worlds
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()
+
+
+def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # read by the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def record(source: str, state: dict[str, Any]) -> dict[str, Any]:
+    """A rank's record at a cell's meeting, as nbdist.cell.cells builds it."""
+    return {"hash": hashlib.sha256(source.encode()).hexdigest(), "code": source, "pg": state,
+            "flags": cells.Flags(WAIT).compared()}
+
+
+def run_cell(world: World, step: int, state: dict[str, Any], rebuilt: list[int]) -> cells.Outcome:
+    claimed = Turn()
+    claimed.claim(step)
+    return cells.run(world, None, BODY, cells.Flags(WAIT), world.client, {}, activate=lambda _: None,
+                     rebuild=rebuilt.append, turn=claimed, state=state)
+
+
+def test_f1_a_stop_before_the_cell_reached_its_meeting_closes_the_step_with_the_body(pair):
+    """The stop lands as the cell records itself at its step: a rank late to the same cell fails at once."""
+    late, stopped = pair
+    n = stopped.turn()
+    stopped.client = PressInside(stopped.client, "set", f"{step_name(n)}/src/1")
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(stopped, n, {"ok": True, "gen": 0}, [])
+    assert stopped.client.pressed == 1
+    m = late.turn()
+    assert m == n + 1  # the world moved past the closed step
+    with pytest.raises(PeerFailedError) as caught:
+        turn.refuse_if_peer_did_not_start(late, m, BODY)
+    assert "rank 1 (h, pid 2) interrupted its cell" in str(caught.value)
+
+
+def test_f2_a_stop_just_after_a_rebuild_step_opened_builds_first_then_stops(pair):
+    """The stop lands as the last rank opens a rebuild step: it builds with the others, then its cell stops."""
+    waiting, stopped = pair
+    n = stopped.turn()
+    unbuilt = {"ok": False, "why": "it has no process group yet"}
+    met, box = in_thread(lambda: waiting.meet(n, "cell", "%%collective (start)", record(BODY, unbuilt), WAIT))
+    while not waiting.client.check([waiting.key(f"{step_name(n)}/src/0")]):
+        met.join(0.01)
+    stopped.client = PressInside(stopped.client, "compare_set", f"{step_name(n)}/in/state")
+    rebuilt: list[int] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(stopped, n, unbuilt, rebuilt)
+    met.join(WAIT)
+    assert box.get("value", box.get("error")) == verdicts.rebuild("it has no process group yet")
+    assert rebuilt == [n]  # the others build too: a build it left would hang them in torch's set-up
+    failed = waiting.client.get_json(waiting.key(f"{step_name(n)}/failed"))
+    assert failed["rank"] == 1 and failed["kind"] == "interrupted"  # the others' bodies are stopped
+
+
+def test_f3_a_stop_in_dist_barrier_before_its_wait_closes_its_step(pair):
+    """The stop lands as %dist_barrier reads its step: the rank waiting there fails at once, naming it."""
+    waiting, stopped = pair
+    n = waiting.turn()
+    met, box = in_thread(lambda: waiting.meet(n, "barrier", f"%dist_barrier #{n}", {}, WAIT))
+    session = Session(None)
+    session.world = stopped
+    stopped.client = PressInside(stopped.client, "add", "/turn")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            session.barrier(WAIT)
+    finally:
+        session.world = None
+    met.join(WAIT)
+    assert isinstance(box.get("error"), PeerFailedError), box
+    assert "rank 1 (h, pid 2) interrupted its cell" in str(box["error"])
+    assert waiting.turn() == stopped.turn() == n + 1  # both meet at the next step
+
+
+def test_f4_a_stop_as_a_collective_cell_begins_is_kept_for_the_cell(pair):
+    """The stop lands as IPython's pre_run_cell reads the cell's step: it is not raised there (IPython's event
+    loop would print it and run the cell on), but kept: the %%collective raises it on entry and closes its step."""
+    _, stopped = pair
+    session = Session(None)
+    session.world, session.watch_client = stopped, stopped.client
+    n = stopped.turn()
+    stopped.client = PressInside(stopped.client, "add", "/turn")
+    info = SimpleNamespace(raw_cell="%%collective\n" + BODY)
+    try:
+        session.before_cell(info)
+        assert stopped.client.pressed == 1
+        assert session.stop_pressed and session.turn.step == n
+        with pytest.raises(KeyboardInterrupt) as caught:
+            session.collective(BODY, cells.Flags(WAIT))
+        session.after_cell(SimpleNamespace(info=info, error_before_exec=None, error_in_exec=caught.value))
+    finally:
+        session.world = session.watch_client = None
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert stopped.turn() == n + 1  # its step, closed: nobody waits for it
+    failed = stopped.client.get_json(stopped.key(f"{step_name(n)}/failed"))
+    assert failed["kind"] == "interrupted" and failed["unstarted"] == turn.body_digest(BODY)
