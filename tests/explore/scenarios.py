@@ -1,0 +1,256 @@
+"""The scenarios: a program every rank runs on its kernel (:mod:`.kernel`), the events on offer, and the checks.
+
+Rank 1 is the odd one out where the ranks differ. Times are virtual: every wait's timeout is the scenario's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from IPython.core.error import UsageError
+
+from nbdist.errors import CellMismatchError, PeerFailedError, PeerLostError
+from nbdist.world.world import World
+
+from . import invariants as inv
+from .explorer import Hooks, Run, Scenario
+from .gate import Killed
+from .invariants import Violation
+from .kernel import kernel
+from .scheduler import AFTER, BEFORE, KILL
+
+BODY = "x = RANK\n"
+ODD = 1  # the rank that differs, where the ranks differ
+
+
+# --- where events land ----------------------------------------------------------------------------------------------
+
+
+def everywhere(events: str) -> Callable[[int, str, str], str]:
+    """``events`` at every gate of every rank."""
+    return lambda rank, op, key: events
+
+
+def before_arriving(rank: int, op: str, key: str) -> str:
+    """Rank 1, between taking its step and arriving at its meeting: its record, and just before it counts in."""
+    if rank != ODD:
+        return ""
+    if op == "set" and "/src/" in key:
+        return BEFORE + AFTER
+    return BEFORE if op == "add" and key.endswith("/in/n") else ""
+
+
+# --- a. two ranks meet at a step; a stop anywhere -----------------------------------------------------------------
+
+
+def meet(world: World, h: Hooks) -> str:
+    """Every rank runs the same cell; both cells began (``before_cell`` read step 1) before any stop."""
+    return kernel(world, h).collective(BODY, start_turn=1)
+
+
+def check_meet(run: Run) -> None:
+    """A stopped rank ends interrupted, or goes on as if it had not been (the stop came after its cell's end, or
+    was lost: F4); a rank fails otherwise only promptly and naming another rank the stop did end; no wait runs out;
+    the next step works on every rank."""
+    _check_stopped(run, KeyboardInterrupt, (PeerFailedError,), "interrupted its cell")
+    inv.no_wait_ran_out(run)
+    inv.meets_again(run)
+
+
+def _check_stopped(run: Run, own: type[BaseException], kinds: tuple[type[BaseException], ...], says: str) -> None:
+    hit = run.hit()
+    ended = [r for r in sorted(hit) if isinstance(run.outcomes[r].error, own)]  # the ranks the event did end
+    for rank in sorted(run.outcomes):
+        error = run.outcomes[rank].error
+        if rank in hit and (isinstance(error, own) or own is Killed):
+            inv.ended_with(run, rank, own)  # a killed kernel runs nothing more
+            continue
+        if error is None:
+            continue
+        others = [r for r in ended if r != rank]
+        if not others:
+            raise Violation(f"{run.describe(rank)} failed, though no other rank was stopped: {run.outcomes[rank]}")
+        inv.ended_with(run, rank, *kinds)
+        named = [r for r in others if run.describe(r) in str(error)]
+        inv.names(run, rank, (named or others)[0], says)
+        inv.prompt(run, rank, min(e.vt for e in run.events))
+
+
+def check_meet_kill(run: Run) -> None:
+    """The killed rank's kernel is gone; every other rank opens the cell, or fails promptly naming it gone."""
+    _check_stopped(run, Killed, (PeerLostError, PeerFailedError), "is gone")
+    inv.no_wait_ran_out(run)
+    inv.meets_again(run)
+
+
+def meet_late(world: World, h: Hooks) -> str:
+    """As :func:`meet`, but each rank reads its step as its own cell begins: a stop may close step 1 before
+    another rank has read it."""
+    return kernel(world, h).collective(BODY)
+
+
+def barriers(world: World, h: Hooks) -> str:
+    """Every rank runs %dist_barrier."""
+    return kernel(world, h).dist_barrier()
+
+
+# --- b. the typo race that CI met -----------------------------------------------------------------------------------
+
+
+TYPO = UsageError("unrecognized arguments: --timeuot")
+
+
+def typo(world: World, h: Hooks) -> list[str]:
+    """Rank 1's cell cannot start (a typo in its flags); its person fixes it and runs it again at once. Every other
+    rank runs the same cell; when it fails, its person runs it again once the others have settled."""
+    ends: list[str] = []
+    k = kernel(world, h)
+    if world.rank == ODD:
+        try:
+            k.collective(BODY, start_error=TYPO)
+        except UsageError as exc:
+            ends.append(f"UsageError: {exc}")
+    for _ in range(2):
+        try:
+            ends.append(k.collective(BODY))
+            return ends
+        except PeerFailedError as exc:
+            ends.append(f"PeerFailedError: {exc}")
+            h.later()
+    return ends
+
+
+def check_typo(run: Run) -> None:
+    """No rank waits out its timeout; the other ranks' first cell opens, or fails at once with rank 1's reason;
+    every rank's last cell opens; the next step works."""
+    inv.no_wait_ran_out(run)
+    reason = f"{run.describe(ODD)} could not start its cell (UsageError: {TYPO}"
+    for rank, outcome in sorted(run.outcomes.items()):
+        if outcome.error is not None:
+            raise Violation(f"{run.describe(rank)} ended with {outcome}")
+        ends = outcome.value
+        first = ends[1] if rank == ODD else ends[0]
+        if first != "go" and not (rank != ODD and first.startswith("PeerFailedError") and reason in first):
+            raise Violation(f"{run.describe(rank)}'s cell neither opened nor failed with rank {ODD}'s reason: {first}")
+        if ends[-1] != "go":
+            raise Violation(f"{run.describe(rank)}'s last cell did not open: {ends}")
+    inv.meets_again(run)
+
+
+# --- c. %dist_barrier against a cell --------------------------------------------------------------------------------
+
+
+def barrier_against_cell(world: World, h: Hooks) -> str:
+    """Rank 1 runs a cell, every other rank %dist_barrier, at the same step."""
+    k = kernel(world, h)
+    return k.collective(BODY) if world.rank == ODD else k.dist_barrier()
+
+
+def check_barrier_against_cell(run: Run) -> None:
+    """Every rank is refused, and its message names each rank with what it ran."""
+    for rank in sorted(run.outcomes):
+        inv.ended_with(run, rank, CellMismatchError)
+        text = str(run.outcomes[rank].error)
+        others = sorted(i for i in run.outcomes if i != ODD)
+        for label in [
+            f"rank {ODD}: %%collective #1 (start)",
+            ("rank " if len(others) == 1 else "ranks ") + ", ".join(map(str, others)) + ": %dist_barrier #1",
+        ]:
+            if label not in text:
+                raise Violation(f"{run.describe(rank)}'s refusal does not say {label!r}: {text}")
+    inv.no_wait_ran_out(run)
+    inv.meets_again(run)
+
+
+# --- d. F1: a rank stopped after taking its step, before arriving; another runs the same cell late --------------
+
+
+def late_after_a_stop(world: World, h: Hooks) -> str:
+    """Every rank runs the same cell, each reading its step as its cell begins; rank 1 may be stopped between
+    taking its step and arriving at the meeting (see :func:`before_arriving`)."""
+    return kernel(world, h).collective(BODY)
+
+
+def check_late_after_a_stop(run: Run) -> None:
+    """No rank other than rank 1 waits out its timeout; one that fails names rank 1's stop."""
+    others = [r for r in run.outcomes if r != ODD]
+    inv.no_wait_ran_out(run, others)
+    inv.no_wait_outlived_its_cause(run)
+    for rank in others:
+        if run.outcomes[rank].error is not None:
+            inv.names(run, rank, ODD, "interrupted its cell")
+    inv.meets_again(run)
+
+
+# --- the table ------------------------------------------------------------------------------------------------------
+
+
+def scenario(name: str, ranks: int = 2) -> Scenario:
+    """The scenario called ``name``, on ``ranks`` ranks."""
+    if name not in SCENARIOS:
+        raise KeyError(f"no scenario {name!r}; there are {', '.join(SCENARIOS)}")
+    return SCENARIOS[name](ranks)
+
+
+SCENARIOS: dict[str, Callable[[int], Scenario]] = {
+    "meet": lambda n: Scenario(
+        "meet",
+        n,
+        meet,
+        check_meet,
+        everywhere(BEFORE + AFTER),
+        about="a. the ranks meet at a step; the stop button at any gate of any rank",
+    ),
+    "meet-kill": lambda n: Scenario(
+        "meet-kill",
+        n,
+        meet,
+        check_meet_kill,
+        everywhere(KILL),
+        about="the ranks meet at a step; one rank's kernel killed at any gate",
+    ),
+    "typo": lambda n: Scenario(
+        "typo", n, typo, check_typo, about="b. rank 1's cell cannot start (a typo), the others run it at once"
+    ),
+    "barrier-vs-cell": lambda n: Scenario(
+        "barrier-vs-cell",
+        n,
+        barrier_against_cell,
+        check_barrier_against_cell,
+        about="c. %dist_barrier against a cell at the same step",
+    ),
+    "late-after-stop": lambda n: Scenario(
+        "late-after-stop",
+        n,
+        late_after_a_stop,
+        check_late_after_a_stop,
+        before_arriving,
+        about="d. F1: rank 1 stopped before arriving; another runs the cell late",
+    ),
+    # Beyond the issue's list: for the command line (python -m tests.explore), and findings.
+    "meet-late": lambda n: Scenario(
+        "meet-late",
+        n,
+        meet_late,
+        check_meet,
+        everywhere(BEFORE + AFTER),
+        about="a, each rank reading its step as its cell begins",
+    ),
+    "meet-twice": lambda n: Scenario(
+        "meet-twice",
+        n,
+        meet,
+        check_meet,
+        everywhere(BEFORE + AFTER),
+        max_events=2,
+        about="a, with two presses of the stop button (on one rank or two)",
+    ),
+    "barriers": lambda n: Scenario(
+        "barriers",
+        n,
+        barriers,
+        check_meet,
+        everywhere(BEFORE + AFTER),
+        about="every rank runs %dist_barrier; the stop button at any gate",
+    ),
+}

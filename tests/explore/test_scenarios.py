@@ -1,0 +1,71 @@
+"""The lockstep protocol under every interleaving of two ranks within a preemption bound, and random ones of three:
+the stop button and a killed kernel at every store operation, the typo race CI met, a barrier against a cell, and
+F1. Real server, real TCP, no kernels; virtual time. ``python -m tests.explore`` runs the same for longer."""
+
+from __future__ import annotations
+
+from .explorer import Lab, Result, exhaustive, randomly
+from .invariants import Violation
+from .scenarios import scenario
+
+# Bounds sized for CI (2 cores, about 30 s for this file); longer runs: python -m tests.explore --bound 3.
+MEET_BOUND = 1  # 1330 interleavings
+KILL_BOUND = 1  # 492
+TYPO_BOUND = 2  # 570
+REFUSAL_BOUND = 3  # 528
+LATE_BOUND = 1  # 89 (with F1's fix reverted, the 66th fails)
+RANDOM_SEEDS = 300
+
+
+def holds(result: Result, exhausted: bool = True) -> None:
+    """Print what was explored; fail with the first failing run (its schedule and trace) or if nothing was."""
+    print(f"\n{result.summary()}")
+    if result.failures:
+        raise Violation(str(result.failures[0]))
+    assert result.runs > 0 and result.runs == result.distinct, "runs that repeated a schedule: the search is broken"
+    if exhausted:
+        assert result.exhausted, f"{result.scenario} stopped before every interleaving within the bound was explored"
+
+
+def test_a_stop_at_any_gate_of_either_rank_fails_the_other_promptly_naming_it_or_both_open(lab: Lab):
+    result = exhaustive(lab, scenario("meet"), MEET_BOUND)
+    holds(result)
+    assert result.unstopped("ba") == [], "gates of a run where the stop never landed, before or after"
+    assert result.runs > 500
+
+
+def test_a_kernel_killed_at_any_gate_is_named_gone_promptly_by_the_other_rank(lab: Lab):
+    result = exhaustive(lab, scenario("meet-kill"), KILL_BOUND)
+    holds(result)
+    assert result.unstopped("k") == []
+
+
+def test_a_rank_whose_peer_could_not_start_the_cell_fails_at_once_or_meets_its_rerun_never_waiting_out(lab: Lab):
+    result = exhaustive(lab, scenario("typo"), TYPO_BOUND)
+    holds(result)
+    assert result.runs > 200
+
+
+def test_a_barrier_against_a_cell_at_the_same_step_is_refused_on_both_ranks_naming_each(lab: Lab):
+    result = exhaustive(lab, scenario("barrier-vs-cell"), REFUSAL_BOUND)
+    holds(result)
+    assert result.runs > 100
+
+
+def test_a_rank_late_to_a_cell_its_peer_was_stopped_in_before_arriving_never_waits_out_its_timeout(lab: Lab):
+    result = exhaustive(lab, scenario("late-after-stop"), LATE_BOUND)
+    holds(result)
+    assert {(rank, event) for rank, _, event in result.stops} == {(1, "b"), (1, "a")}
+
+
+def test_a_stop_in_dist_barrier_before_it_arrives_fails_the_other_promptly(lab: Lab):
+    result = exhaustive(lab, scenario("barriers"), MEET_BOUND)
+    holds(result)
+    assert result.unstopped("ba") == []
+
+
+def test_three_ranks_meet_with_a_stop_on_a_random_rank_at_a_random_gate(lab: Lab):
+    result = randomly(lab, scenario("meet", ranks=3), range(RANDOM_SEEDS))
+    holds(result, exhausted=False)
+    stopped = {rank for rank, _, _ in result.stops}
+    assert stopped == {0, 1, 2} and len(result.stops) > 40, sorted(result.stops)
