@@ -29,7 +29,6 @@ from .drive import follow
 from .drive.slurm import SlurmJob
 from .drive.workers import Workers
 from .errors import (
-    CellMismatchError,
     ConfigError,
     DriveError,
     JoinError,
@@ -41,7 +40,7 @@ from .errors import (
 from .world import netinfo, reach, rendezvous, signing
 from .world.heartbeat import Heartbeat
 from .world.store import Server, StoreClient, connect
-from .world.world import BarrierRefused, StoppedAfterOpen, World
+from .world.world import World
 
 log = logging.getLogger(__name__)
 
@@ -499,41 +498,23 @@ class Session:
         world = self.require_world("%dist_barrier")
         start = time.perf_counter()
         bar = turn.Turn(self.turn.stops)  # its own turn: a %dist_barrier may run inside another cell
-        with bar.stops.held():  # a stop anywhere in it is taken where the turn can close its step
-            try:
-                self.sync_generation(world)
-                if step is None:
-                    bar.claim(world.turn())
-                    n = bar.step
-                    assert n is not None
-                    try:  # another rank's barrier gave up this step before it was counted in: it waits for none
-                        turn.refuse_if_peer_did_not_start(world, n, turn.BARRIER)
-                    except PeerFailedError:
-                        bar.done()
-                        raise
-                    self.drive.before(world, self.secret, "barrier", flags={"timeout": timeout}, step=n)
-                else:
-                    bar.claim(step)
-                n = bar.step
-                assert n is not None
-                bar.enter(Phase.ARRIVING)
-                try:
-                    world.meet(n, "barrier", f"%dist_barrier #{n}", {}, timeout, working=world.busy_elsewhere,
-                               on_missed=cells.say, on_tick=bar.stops.check, on_arrive=bar.arrived)
-                except StoppedAfterOpen:
-                    pass  # every rank arrived: the barrier is passed, and the stop has nothing left to stop
-                except BarrierRefused as exc:
+        with bar.guarded(world, turn.BARRIER), bar.stops.held():  # a stop anywhere is taken where the turn can act
+            self.sync_generation(world)
+            bar.claim(world.turn() if step is None else step)
+            n = bar.step
+            assert n is not None
+            if step is None:
+                try:  # another rank's barrier gave up this step before it was counted in: it waits for none
+                    turn.refuse_if_peer_did_not_start(world, n, turn.BARRIER)
+                except PeerFailedError:
                     bar.done()
-                    raise CellMismatchError(str(exc)) from None
-                bar.done()
-                bar.stops.drop()
-            except StoreConnectionError:
-                raise
-            except BaseException as exc:
-                interrupted = isinstance(exc, KeyboardInterrupt)
-                bar.abort(world, "interrupted its cell" if interrupted else f"stopped: {exc}", interrupted,
-                          turn.BARRIER)
-                raise
+                    raise
+                self.drive.before(world, self.secret, "barrier", flags={"timeout": timeout}, step=n)
+            # A stop once every rank arrived has nothing left to stop: the barrier is passed.
+            bar.meet(world, "barrier", f"%dist_barrier #{n}", {}, timeout, working=world.busy_elsewhere,
+                     on_missed=cells.say)
+            bar.done()
+            bar.stops.drop()
         world.note(f"passed %dist_barrier #{n}")
         return time.perf_counter() - start
 

@@ -37,7 +37,6 @@ from typing import Any
 from .. import errors
 from ..backend import procgroup
 from ..errors import (
-    CellMismatchError,
     CollectiveError,
     CollectiveMismatchError,
     ConfigError,
@@ -53,7 +52,7 @@ from ..view.shrink import fit
 from ..world import verdict as verdicts
 from ..world.store import StoreClient
 from ..world.verdict import Verdict
-from ..world.world import BarrierRefused, StoppedAfterOpen, World, step_name
+from ..world.world import World, step_name
 from . import capture, history
 from .fingerprint import CUT_SIGNS, Checker, at_work, differences, raise_if_failed
 from .live import LiveTable, cell_line, where
@@ -241,22 +240,12 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
     """
     step = turn.step
     assert step is not None, "the turn claims its step first"
-    try:
+    with turn.guarded(world, source):
         with turn.stops.held(take=False):  # a press it did not take came as the cell ended: nothing left to stop
             outcome = _run(world, step, step_name(step), shell, source, flags, watch_client, params, activate,
                            rebuild, stopper, driver, state, draw_live, turn, run_body)
         turn.stops.drop()
         return outcome
-    except StoreConnectionError:
-        turn.done()
-        raise  # nobody can be told
-    except BaseException as exc:
-        interrupted = isinstance(exc, KeyboardInterrupt)
-        try:
-            turn.abort(world, "interrupted its cell" if interrupted else f"stopped: {exc}", interrupted, source)
-        except StoreConnectionError as lost:
-            exc.add_note(f"(the other ranks could not be told: {lost})")
-        raise
 
 
 def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
@@ -267,16 +256,9 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     timeout = flags.timeout
     digest = hashlib.sha256(source.encode()).hexdigest()
     record = {"hash": digest, "code": source[:MAX_SOURCE_CHARS], "pg": state, "flags": flags.compared()}
-    turn.enter(Phase.ARRIVING)
-    stopped = False
     try:
-        opened = world.meet(n, "cell", f"{label} (start)", record, timeout,
-                            verdict=lambda records: start_verdict(world, records), on_missed=say,
-                            on_tick=turn.stops.check, on_arrive=turn.arrived)
-    except StoppedAfterOpen as stop:  # every rank arrived: this rank goes as far as they all must, then stops
-        opened, stopped = stop.verdict, True
-    except BarrierRefused as exc:
-        raise CellMismatchError(str(exc)) from None
+        opened, stopped = turn.meet(world, "cell", f"{label} (start)", record, timeout,
+                                    verdict=lambda records: start_verdict(world, records), on_missed=say)
     except WaitTimeout as exc:
         if state.get("ok"):
             raise

@@ -17,9 +17,9 @@ from typing import Any
 from ..backend import envplan
 from ..backend.procgroup import ProcessGroup, destroy_default
 from ..config import TIMEOUTS
-from ..errors import CellMismatchError, PeerFailedError, StoreConnectionError
+from ..errors import PeerFailedError
 from ..world.store import run_in_thread
-from ..world.world import BarrierRefused, StoppedAfterOpen, World, step_name
+from ..world.world import World, step_name
 from . import cells
 from .turn import Phase, Turn
 
@@ -104,36 +104,20 @@ def ensure(session: Any) -> str | None:
         why = pg.reason if pg.broken else "the notebook's code destroyed the process group"
         world.bump_generation(gen)  # our own group of this generation: tell the others
     step = Turn(session.turn.stops)  # its own turn: the plain cell that needs it has none
-    with step.stops.held():  # a stop anywhere in it is taken where the turn can close its step
-        try:
-            step.claim(world.turn())
-            n = step.step
-            assert n is not None
-            label = f"rebuilding the process group before this cell's collective (step #{n}: {why})"
-            announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to "
-                                               f"rebuild the process group ({why})")
-            step.enter(Phase.ARRIVING)
-            stopped = False
-            try:
-                world.meet(n, "rebuild", label, {}, TIMEOUTS["barrier"], working=world.busy_elsewhere,
-                           on_missed=cells.say, on_tick=lambda: (step.stops.check(), announce()),
-                           on_arrive=step.arrived)
-            except StoppedAfterOpen:  # every rank arrived, and builds: so does this one, then it stops
-                stopped = True
-            except BarrierRefused as exc:
-                step.done()
-                raise CellMismatchError(str(exc)) from None
-            step.enter(Phase.BUILDING)
-            build(session, f"t{n}", n)
-            step.done()
-            if stopped:
-                raise KeyboardInterrupt
-        except StoreConnectionError:
-            raise
-        except BaseException as exc:
-            interrupted = isinstance(exc, KeyboardInterrupt)
-            step.abort(world, "interrupted its cell" if interrupted else f"stopped: {exc}", interrupted, None)
-            raise
+    with step.guarded(world, None), step.stops.held():  # a stop anywhere in it is taken where the turn can act
+        step.claim(world.turn())
+        n = step.step
+        assert n is not None
+        label = f"rebuilding the process group before this cell's collective (step #{n}: {why})"
+        announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to "
+                                           f"rebuild the process group ({why})")
+        _, stopped = step.meet(world, "rebuild", label, {}, TIMEOUTS["barrier"], on_tick=announce,
+                               working=world.busy_elsewhere, on_missed=cells.say)
+        step.enter(Phase.BUILDING)  # every rank arrived, and builds: so does this one, then it stops
+        build(session, f"t{n}", n)
+        step.done()
+        if stopped:
+            raise KeyboardInterrupt
     return why
 
 

@@ -31,12 +31,13 @@ import enum
 import hashlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import PeerFailedError
-from ..world.world import World, step_name
+from ..errors import CellMismatchError, PeerFailedError, StoreConnectionError
+from ..world.verdict import Verdict
+from ..world.world import BarrierRefused, StoppedAfterOpen, World, step_name
 from .watch import publish_failure
 
 BARRIER = "%dist_barrier"  # what names a %dist_barrier's step across ranks, as a body names a cell's
@@ -183,6 +184,39 @@ class Turn:
 
     def done(self) -> None:
         self.phase = Phase.DONE
+
+    def meet(self, world: World, kind: str, label: str, record: dict[str, Any], timeout: float,
+             on_tick: Callable[[], None] | None = None, **kwargs: Any) -> tuple[Verdict, bool]:
+        """Meet the others at this turn's step (:meth:`nbdist.world.world.World.meet`), taking held presses where
+        the turn must: the verdict it opened with, and whether a stop came once every rank had arrived (the
+        caller goes as far as every rank must, a rebuild, then stops). A refusal is a CellMismatchError."""
+        assert self.step is not None, "the turn claims its step first"
+        self.enter(Phase.ARRIVING)
+        tick = self.stops.check if on_tick is None else lambda: (self.stops.check(), on_tick())
+        try:
+            return world.meet(self.step, kind, label, record, timeout, on_tick=tick, on_arrive=self.arrived,
+                              **kwargs), False
+        except StoppedAfterOpen as stop:
+            return stop.verdict, True
+        except BarrierRefused as exc:
+            self.done()  # every rank was refused alike: nothing to close
+            raise CellMismatchError(str(exc)) from None
+
+    @contextlib.contextmanager
+    def guarded(self, world: World, body: str | None) -> Iterator[None]:
+        """Whatever ends the block early ends this turn (:meth:`abort`), so no rank waits for this one."""
+        try:
+            yield
+        except StoreConnectionError:
+            self.done()
+            raise  # nobody can be told
+        except BaseException as exc:
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            try:
+                self.abort(world, "interrupted its cell" if interrupted else f"stopped: {exc}", interrupted, body)
+            except StoreConnectionError as lost:
+                exc.add_note(f"(the other ranks could not be told: {lost})")
+            raise
 
     def arrived(self) -> None:
         """This rank is counted in at the step's meeting next (:meth:`nbdist.world.world.World.meet`). A press held
