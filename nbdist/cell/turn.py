@@ -276,7 +276,8 @@ def refuse_if_peer_did_not_start(world: World, n: int, source: str) -> None:
     next step, ``n``, and would wait there for the other until its --timeout. So: if this rank missed
     step ``n - 1``, that step was closed by another rank's cell with this body that never started,
     and nobody has come to step ``n`` yet, this cell fails with that rank's reason and takes no step.
-    A rank that has since run its cell again is waiting at ``n``: then this one meets it there.
+    A rank that has since run its cell again is waiting at ``n``: then this one meets it there. It is told
+    once: run again before the other rank has, its cell goes to meet it at ``n``.
     """
     if world.last_turn is None or n - 1 <= world.last_turn:
         return
@@ -287,4 +288,5 @@ def refuse_if_peer_did_not_start(world: World, n: int, source: str) -> None:
     if world.client.get_if(world.key(f"{step_name(n)}/in/n")) not in (None, "0"):
         return
     label = f"%dist_barrier #{n - 1}" if source == BARRIER else f"%%collective #{n - 1} (start)"
+    world.last_turn = n - 1  # told once: its next cell meets the others at ``n``, however soon it runs
     raise PeerFailedError(f"{label}: {info.get('message', 'another rank failed')}; run the next cell on every rank")
