@@ -119,7 +119,8 @@ def test_f2_a_stop_just_after_a_rebuild_step_opened_builds_first_then_stops(pair
     n = stopped.turn()
     unbuilt = {"ok": False, "why": "it has no process group yet"}
     met, box = in_thread(lambda: waiting.meet(n, "cell", "%%collective (start)", record(BODY, unbuilt), WAIT))
-    while not waiting.client.check([waiting.key(f"{step_name(n)}/src/0")]):
+    # Counted in, not merely recorded: the stopped rank must be the last to arrive, which decides the rebuild.
+    while waiting.client.add(waiting.key(f"{step_name(n)}/in/n"), 0) < 1:
         met.join(0.01)
     stopped.client = PressInside(stopped.client, "compare_set", f"{step_name(n)}/in/state")
     rebuilt: list[int] = []
