@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from nbdist.config import POLL_INTERVAL
 from nbdist.errors import WaitTimeout
-from nbdist.world.store import StoreClient
+from nbdist.world.store import PREFIX, StoreClient
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
 
+# torch's TCPStore sends these without waiting for the server's answer: another client (the scheduler, which wakes
+# the ranks waiting for the key) could look before the server has stored it, and the run would depend on timing.
+UNANSWERED = frozenset({"set", "append"})
 TICK = POLL_INTERVAL  # virtual seconds between a wait's ticks, as StoreClient.wait slices its waits
 
 
@@ -38,7 +41,14 @@ class GatedClient(StoreClient):
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         op, key, args = self._label or (what, "", ())
-        return self.scheduler.operate(self.rank, op, key, args, lambda: StoreClient._call(self, what, fn))
+
+        def call() -> Any:
+            out = StoreClient._call(self, what, fn)
+            if what in UNANSWERED:  # done once the server answers a later request on this connection
+                self.raw().check([PREFIX + key])
+            return out
+
+        return self.scheduler.operate(self.rank, op, key, args, call)
 
     def clone(self, op_timeout: float = 10.0) -> GatedClient:
         return GatedClient(StoreClient.clone(self, op_timeout), self.rank, self.scheduler)
