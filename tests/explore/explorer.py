@@ -13,6 +13,8 @@ just before or just after the operation) or ``k`` (the kernel killed).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import random
 import time as real_time
 from collections.abc import Callable, Iterable, Iterator
@@ -62,6 +64,7 @@ class Scenario:
     timeout: float = 2.0  # every wait's --timeout, virtual seconds
     about: str = ""
     known: str | None = None  # a finding the scenario is known to fail on, until it is fixed
+    around: Callable[[], contextlib.AbstractContextManager[Any]] | None = None  # entered around each run
 
 
 @dataclass
@@ -79,7 +82,7 @@ class Run:
     worlds: list[World]
     timeout: float
     preemptions: int
-    gates: dict[int, int]  # each rank's gates (store operations outside ticks) in the scenario
+    gates: dict[int, frozenset[int]]  # each rank's gates (store operations outside ticks) where events were offered
 
     def describe(self, rank: int) -> str:
         return self.worlds[rank].describe(rank)
@@ -176,15 +179,18 @@ def execute(lab: Lab, scenario: Scenario, chooser: Recorder, bound: int | None =
         short=lambda key: key.replace(prefix, "").replace(session, "rank"),
     )
     worlds = [World(GatedClient(lab.clients[i], i, scheduler), k, i, n, infos[i], infos) for i in range(n)]
+    for i, info in enumerate(infos):  # each rank's registration, which a rank re-reads when the world moves on
+        lab.control.set(worlds[0].key(f"rank/{i}"), json.dumps(info))
     lab.control.add(worlds[0].key(TURN), 0)  # the world formed: each rank read turn() as it joined
     for world in worlds:
         world.last_turn = 0  # just joined: step 1 is this round's first
     hooks = [Hooks(i, scenario.timeout, scheduler) for i in range(n)]
     scheduler.start_beats()
-    with patched(FakeTime(lab.clock, scheduler.sleep)):
+    around = contextlib.nullcontext() if scenario.around is None else scenario.around()
+    with patched(FakeTime(lab.clock, scheduler.sleep)), around:
         scheduler.phase(chooser, bound, scenario.events, scenario.max_events if scenario.events else 0)
         outcomes = scheduler.run({i: partial(scenario.program, worlds[i], hooks[i]) for i in range(n)})
-        preemptions, gates = scheduler.preemptions, {st.rank: st.gates for st in scheduler.ranks}
+        preemptions, gates = scheduler.preemptions, {st.rank: frozenset(st.offered) for st in scheduler.ranks}
         followup = None
         if scenario.follow_up:
             alive = [i for i in range(n) if not outcomes[i].killed]
@@ -330,7 +336,7 @@ class Result:
     schedules: set[str] = field(default_factory=set)
     stops: set[tuple[int, int, str]] = field(default_factory=set)  # (rank, gate, event) of every event that fired
     bound: int | None = None
-    passed: dict[int, int] = field(default_factory=dict)  # per rank, the most gates a run without an event passed
+    passed: dict[int, set[int]] = field(default_factory=dict)  # per rank, the gates offering events that event-free runs passed
 
     @property
     def distinct(self) -> int:
@@ -341,8 +347,8 @@ class Result:
         when the exploration put each event offered everywhere at every gate."""
         return [
             (rank, gate, e)
-            for rank, n in sorted(self.passed.items())
-            for gate in range(n)
+            for rank, offered in sorted(self.passed.items())
+            for gate in sorted(offered)
             for e in events
             if (rank, gate, e) not in self.stops
         ]
@@ -376,7 +382,7 @@ def _note(result: Result, run: Run) -> None:
     result.stops.update((e.rank, e.gate, e.action) for e in run.events)
     if not run.events:
         for rank, gates in run.gates.items():
-            result.passed[rank] = max(gates, result.passed.get(rank, gates))
+            result.passed.setdefault(rank, set()).update(gates)
 
 
 def exhaustive(

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
+from nbdist.backend.backends import Choice
 from nbdist.cell import cells
 from nbdist.session import Session
 from nbdist.world.world import World
@@ -55,12 +56,18 @@ def _no_body(b: cells.Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool
 class Kernel:
     """See the module docstring."""
 
-    def __init__(self, world: World, hooks: Hooks) -> None:
+    def __init__(self, world: World, hooks: Hooks, cut: str | None = None) -> None:
         session = Session(None)
         session.world, session.watch_client = world, world.client
         session.process = "explorer"  # no front end: it draws no live table
         session.run_body = _no_body
         world.pg = Trusted(world.gen)
+        if cut is not None:  # its group was cut (a stopped collective): the next step rebuilds it (.groups)
+            from .groups import Link
+
+            world.pg.cut(cut)
+            session.shell = SimpleNamespace(user_ns={})  # where a rebuilt cell looks for names holding the old group
+            session.client, session.choice = Link(world.client), Choice("gloo", "cpu", "the explorer's")
         self.session, self.world, self.timeout = session, world, hooks.timeout
         hooks.on_stop(self._press)
 
@@ -100,6 +107,25 @@ class Kernel:
             with post_run_cell():
                 session.after_cell(SimpleNamespace(info=info, error_before_exec=None, error_in_exec=error))
 
+    def plain(self) -> str | None:
+        """A plain cell from ``pre_run_cell`` to ``post_run_cell`` whose first collective rebuilds the group if it must
+        (:func:`nbdist.cell.rebuild.ensure`); why it rebuilt, or None."""
+        session = self.session
+        info = SimpleNamespace(raw_cell="dist.all_reduce(t)")
+        with post_run_cell():
+            session.before_cell(info)
+        error: BaseException | None = None
+        try:
+            return session.ensure_group()
+        except (Killed, Hung):
+            raise
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            with post_run_cell():
+                session.after_cell(SimpleNamespace(info=info, error_before_exec=None, error_in_exec=error))
+
     def dist_barrier(self) -> str:
         """One ``%dist_barrier``; the state it opened with."""
         self.session.barrier(self.timeout)
@@ -118,6 +144,6 @@ def post_run_cell() -> Iterator[None]:
         pass
 
 
-def kernel(world: World, hooks: Hooks) -> Kernel:
-    """This rank's kernel."""
-    return Kernel(world, hooks)
+def kernel(world: World, hooks: Hooks, cut: str | None = None) -> Kernel:
+    """This rank's kernel (``cut``: its process group was cut, for this reason)."""
+    return Kernel(world, hooks, cut)

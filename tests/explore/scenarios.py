@@ -16,7 +16,9 @@ from . import invariants as inv
 from .explorer import Hooks, Run, Scenario
 from .gate import Killed
 from .invariants import Violation
-from .kernel import kernel
+from . import groups
+from .gate import Hung
+from .kernel import Kernel, kernel
 from .scheduler import AFTER, BEFORE, KILL
 
 BODY = "x = RANK\n"
@@ -182,6 +184,73 @@ def check_late_after_a_stop(run: Run) -> None:
     inv.meets_again(run)
 
 
+# --- e. F2: a step whose process group must be rebuilt; a stop anywhere in the first cell -----------------------
+
+
+CUT = "nbdist closed a stuck collective"  # every rank's group was cut: its next collective rebuilds it first
+FIRST_CELL: dict[int, bool] = {}  # per rank, whether its first cell runs (the events land there only)
+
+
+def in_first_cell(events: str) -> Callable[[int, str, str], str]:
+    """``events`` at every gate of a rank's first cell."""
+    return lambda rank, op, key: events if FIRST_CELL.get(rank) else ""
+
+
+def _two_cells(world: World, h: Hooks, cell: Callable[[Kernel], str | None]) -> tuple[object, object]:
+    """The first cell (a stop may land in it), and, once the others have settled, the next one: how each ended
+    (its value, or the exception it raised)."""
+    k = kernel(world, h, cut=CUT)
+    FIRST_CELL[world.rank] = True
+    try:
+        first: object = cell(k)
+    except (Killed, Hung):
+        raise
+    except BaseException as exc:
+        first = exc
+    finally:
+        FIRST_CELL[world.rank] = False
+    h.later()
+    return first, cell(k)
+
+
+def rebuild_cell(world: World, h: Hooks) -> tuple[object, object]:
+    """Every rank runs the same %%collective, whose group must be rebuilt at its start; then the next one."""
+    return _two_cells(world, h, lambda k: k.collective(BODY))
+
+
+def rebuild_plain(world: World, h: Hooks) -> tuple[object, object]:
+    """Every rank runs a plain cell whose first collective rebuilds the group (rebuild.ensure); then the next one."""
+    return _two_cells(world, h, lambda k: k.plain())
+
+
+def check_rebuild(run: Run) -> None:
+    """No wait runs out or never ends; the stopped rank's first cell ends interrupted, another rank's ends opened
+    or with a failure naming it; the next cell works on every rank, and every rank's last group was built on the
+    same prefix (the ranks' groups agree)."""
+    hit = run.hit()
+    inv.no_wait_ran_out(run)
+    last: dict[int, str | None] = {}
+    for rank, outcome in sorted(run.outcomes.items()):
+        if outcome.error is not None:
+            raise Violation(f"{run.describe(rank)} {outcome}")
+        first, second = outcome.value
+        if isinstance(first, BaseException):
+            if rank in hit:
+                if not isinstance(first, KeyboardInterrupt):
+                    raise Violation(f"{run.describe(rank)} was stopped, and its first cell ended with {first!r}")
+            else:
+                stopped = [r for r in hit if r != rank]
+                if not stopped or not isinstance(first, PeerFailedError) or run.describe(stopped[0]) not in str(first):
+                    raise Violation(f"{run.describe(rank)}'s first cell ended with {first!r}, not naming a stop")
+        if isinstance(second, BaseException):
+            raise Violation(f"{run.describe(rank)}'s next cell failed: {second!r}")
+        built = groups.BUILDS.prefixes(rank)
+        last[rank] = built[-1] if built else None
+    if len(set(last.values())) > 1:
+        raise Violation(f"the ranks' last groups were built on different prefixes: {last}")
+    inv.meets_again(run)
+
+
 # --- the table ------------------------------------------------------------------------------------------------------
 
 
@@ -226,6 +295,24 @@ SCENARIOS: dict[str, Callable[[int], Scenario]] = {
         check_late_after_a_stop,
         before_arriving,
         about="d. F1: rank 1 stopped before arriving; another runs the cell late",
+    ),
+    "rebuild": lambda n: Scenario(
+        "rebuild",
+        n,
+        rebuild_cell,
+        check_rebuild,
+        in_first_cell(BEFORE + AFTER),
+        around=groups.modelled,
+        about="e. F2: a %%collective whose group is rebuilt at its start; the stop button at any gate",
+    ),
+    "plain-rebuild": lambda n: Scenario(
+        "plain-rebuild",
+        n,
+        rebuild_plain,
+        check_rebuild,
+        in_first_cell(BEFORE + AFTER),
+        around=groups.modelled,
+        about="e. F2: a plain cell's first collective rebuilds the group; the stop button at any gate",
     ),
     # Beyond the issue's list: for the command line (python -m tests.explore), and findings.
     "meet-late": lambda n: Scenario(

@@ -136,6 +136,7 @@ class _Rank:
     in_tick: bool = False
     killed: bool = False
     gates: int = 0
+    offered: set[int] = field(default_factory=set)  # the gates where the scenario offered an event
 
 
 class Scheduler:
@@ -360,10 +361,11 @@ class Scheduler:
         st = self.ranks[choice]
         op, key = st.op
         action = RUN
-        if not st.in_tick and self.events_left > 0 and self.allowed is not None:
-            allowed = self.allowed(choice, op, key)
-            if allowed:
-                action = self.chooser.choose("event", [RUN, *allowed], choice, st.gates)
+        allowed = self.allowed(choice, op, key) if not st.in_tick and self.allowed is not None else ""
+        if allowed:
+            st.offered.add(st.gates)
+        if allowed and self.events_left > 0:
+            action = self.chooser.choose("event", [RUN, *allowed], choice, st.gates)
         self.trace.append(Step(self.clock.elapsed, choice, op, key, action, st.in_tick))
         if action != RUN:
             self.events_left -= 1
