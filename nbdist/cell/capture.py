@@ -126,9 +126,10 @@ def truncate(text: str, limit: int = MAX_FIELD_CHARS) -> str:
 
 
 def _split_last_expression(tree: ast.Module) -> tuple[ast.Module, ast.Expression | None]:
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
-        return tree, last
+    last = tree.body[-1] if tree.body else None
+    if isinstance(last, ast.Expr):
+        tree.body.pop()
+        return tree, ast.Expression(last.value)
     return tree, None
 
 
@@ -144,7 +145,7 @@ def _kept(data: dict[str, Any]) -> dict[str, str]:
     return kept
 
 
-def _format_value(shell: Any, value: Any) -> dict[str, str]:
+def _format_value(shell: Any, value: Any) -> dict[str, Any]:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         from ..view.pictures import picture  # a tensor as the cell's value is drawn as nbdist.show draws it
@@ -164,7 +165,7 @@ def _flush_figures() -> None:
         flush()
 
 
-def _format_error(exc: BaseException, skip: int) -> dict[str, str]:
+def _format_error(exc: BaseException, skip: int) -> dict[str, Any]:
     """The error as its column shows it: the user's frames (``short``), the full ``traceback``, ``where``."""
     summary = tracebacks.summarise(exc, skip)  # skip: this module's own frames
     return {**summary, "traceback": truncate(summary["traceback"]), "short": truncate(summary["short"])}
@@ -174,7 +175,7 @@ class LogPublisher(DisplayPublisher):
     """The display publisher during a cell: every display goes into the cell's :class:`OutputLog`, in order."""
 
     def __init__(self, log: OutputLog, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
         self.log = log
 
     def publish(self, data: dict[str, Any], metadata: Any = None, source: Any = None, *, transient: Any = None,
@@ -186,7 +187,7 @@ class LogPublisher(DisplayPublisher):
         self.log.clear()
 
 
-_PUBLISHERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PUBLISHERS: weakref.WeakKeyDictionary[Any, LogPublisher] = weakref.WeakKeyDictionary()
 
 
 def _publisher(shell: Any, log: OutputLog) -> LogPublisher:
@@ -201,7 +202,7 @@ def _publisher(shell: Any, log: OutputLog) -> LogPublisher:
 @functools.lru_cache(maxsize=64)
 def _transformed(transform: Any, source: str) -> str:
     """IPython's transformation of a cell's source (magics, ``!``, help), cached: the same cell runs again and again."""
-    return transform(source)
+    return str(transform(source))
 
 
 def run_cell(shell: Any, source: str, log: OutputLog | None = None) -> dict[str, Any]:

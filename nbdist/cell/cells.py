@@ -255,9 +255,9 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     label = f"%%collective #{n}"
     timeout = flags.timeout
     digest = hashlib.sha256(source.encode()).hexdigest()
-    record = {"hash": digest, "code": source[:MAX_SOURCE_CHARS], "pg": state, "flags": flags.compared()}
+    start = {"hash": digest, "code": source[:MAX_SOURCE_CHARS], "pg": state, "flags": flags.compared()}
     try:
-        opened, stopped = turn.meet(world, "cell", f"{label} (start)", record, timeout,
+        opened, stopped = turn.meet(world, "cell", f"{label} (start)", start, timeout,
                                     verdict=lambda records: start_verdict(world, records), on_missed=say)
     except WaitTimeout as exc:
         if state.get("ok"):
@@ -294,6 +294,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
                                                  live, flags, stopper, driver, activate, turn))
     turn.enter(Phase.ENDING)
     live.finish(cap)
+    record: dict[str, Any]
     try:
         record = _record(world, cap, checker, interrupted)
     except Exception as exc:  # nbdist's own bookkeeping failed: this rank's error, published at once
@@ -324,12 +325,12 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     keys = [world.key(f"{cell}/out/{i}") for i in range(world.world_size)]
     try:
         world.barrier(f"{cell}/out", timeout, f"{label} (end)", then=f"finished {label}",
-                      on_tick=lambda: (turn.stops.check(), _end_tick(world, cell, live, flags, body_started)),
+                      on_tick=lambda: _end_tick(world, cell, live, flags, body_started, turn),
                       working=lambda _, last: at_work(cell, last) and _within_max_time(flags, body_started))
     except (NbdistError, KeyboardInterrupt) as exc:
         if world.pg is not None:
             world.pg.distrust(f"the end of {label} was not reached by every rank")
-        exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in keys], reason, rebuilt,  # type: ignore[attr-defined]
+        exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in keys], reason, rebuilt,  # type: ignore[union-attr]
                               live_id=live.display_id, view=flags.view, show=flags.show)
         raise
     turn.done()  # the cell ended on every rank
@@ -358,8 +359,9 @@ def _within_max_time(flags: Flags, started: float) -> bool:
     return flags.max_time is None or time.monotonic() - started < flags.max_time + MAX_TIME_GRACE
 
 
-def _end_tick(world: World, cell: str, live: LiveTable, flags: Flags, started: float) -> None:
-    """While this rank waits for the others at the end of the cell: the live table, and --max-time."""
+def _end_tick(world: World, cell: str, live: LiveTable, flags: Flags, started: float, turn: Turn) -> None:
+    """While this rank waits for the others at the end of the cell: a held press, the live table, and --max-time."""
+    turn.stops.check()
     live.tick()
     if not _within_max_time(flags, started):
         running = [world.describe(i) for i in range(world.world_size)
@@ -422,9 +424,10 @@ def error_for(world: World, outcome: Outcome) -> BaseException | None:
     if reason is not None and reason.get("rank") != world.rank:
         origin = reason.get("rank", -1)
         cause = (captures[origin] or {}).get("error") if 0 <= origin < len(captures) else None
-        if cause and errors.by_name(cause["ename"]) is not None and not cause.get("consequence"):
-            return errors.by_name(cause["ename"])(cause["evalue"])  # the same error on every rank
-        kinds = {"lost": PeerLostError, "server": StoreConnectionError}
+        same = errors.by_name(cause["ename"]) if cause and not cause.get("consequence") else None
+        if cause and same is not None:
+            return same(cause["evalue"])  # the same error on every rank
+        kinds: dict[Any, type[NbdistError]] = {"lost": PeerLostError, "server": StoreConnectionError}
         return kinds.get(reason.get("kind"), PeerFailedError)(
             f"{reason['message']} (this rank's cell was stopped; its column shows where)"
         )
@@ -438,9 +441,11 @@ def error_for(world: World, outcome: Outcome) -> BaseException | None:
     if any(e.get("interrupted") for _, e in failed):
         who = ", ".join(world.describe(i) for i, e in failed if e.get("interrupted"))
         return PeerFailedError(f"{who} interrupted its cell")
-    named = [e for _, e in failed if errors.by_name(e["ename"]) is not None and not e.get("consequence")]
+    named = [(cls, e) for _, e in failed
+             if (cls := errors.by_name(e["ename"])) is not None and not e.get("consequence")]
     if named:
-        return errors.by_name(named[0]["ename"])(named[0]["evalue"])
+        cls, first = named[0]
+        return cls(first["evalue"])
     names = "; ".join(f"{world.describe(i)} raised {e['ename']}: {e['evalue']}" for i, e in failed)
     return CollectiveError(f"{names} (traceback in its column above)")
 

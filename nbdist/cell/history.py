@@ -32,7 +32,7 @@ def checksum(fp: dict[str, Any]) -> int:
     return zlib.crc32(json.dumps(fp, sort_keys=True).encode())
 
 
-def _key(value: Any, tensor: type) -> Any:
+def _key(value: Any, tensor: Any) -> Any:
     if isinstance(value, tensor):
         return (value.shape, value.dtype, value.device)
     if isinstance(value, list | tuple):

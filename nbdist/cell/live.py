@@ -87,7 +87,7 @@ class LiveTable:
         self.display_id: str | None = None  # set once the first live table is shown
         self._next = self.started + LIVE_AFTER
         self._mine: dict[str, Any] = {"state": "running"}
-        self._sent = (-1, "")  # (output changes, state) last published
+        self._sent: tuple[int, str, str] = (-1, "", "")  # (output changes, state, where) last published
         self._shown = ""
 
     def _key(self, rank: int) -> str:

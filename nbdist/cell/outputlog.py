@@ -153,10 +153,11 @@ class OutputLog:
             self._dropped_items += isinstance(item, _Display)
         if self._tail_chars > self._half_chars:
             (item,) = self._tail
-            excess = self._tail_chars - self._half_chars
-            item.trim_left(excess)  # a _Stream: displays count no characters
-            self._tail_chars = item.chars
-            self._dropped_chars += excess
+            if isinstance(item, _Stream):  # it is: displays count no characters
+                excess = self._tail_chars - self._half_chars
+                item.trim_left(excess)
+                self._tail_chars = item.chars
+                self._dropped_chars += excess
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The outputs so far, in order, with a note where the middle was dropped."""

@@ -192,7 +192,11 @@ class Turn:
         caller goes as far as every rank must, a rebuild, then stops). A refusal is a CellMismatchError."""
         assert self.step is not None, "the turn claims its step first"
         self.enter(Phase.ARRIVING)
-        tick = self.stops.check if on_tick is None else lambda: (self.stops.check(), on_tick())
+        def tick() -> None:
+            self.stops.check()
+            if on_tick is not None:
+                on_tick()
+
         try:
             return world.meet(self.step, kind, label, record, timeout, on_tick=tick, on_arrive=self.arrived,
                               **kwargs), False

@@ -53,8 +53,8 @@ _COLLECTIVE_CODE = tuple(os.path.join("torch", part, "") for part in ("distribut
 
 def publish_failure(client: StoreClient, world: World, cell: str, info: dict[str, Any]) -> dict[str, Any]:
     """Record the first failure of a cell (first one wins); returns the one that won."""
-    first = client.compare_set(world.key(f"{cell}/failed"), "", json.dumps(info))
-    return json.loads(first)
+    first: dict[str, Any] = json.loads(client.compare_set(world.key(f"{cell}/failed"), "", json.dumps(info)))
+    return first
 
 
 PLAIN_FAILED = "plain/failed"  # how many plain cells ended with an error during their collectives; then each one
@@ -75,7 +75,7 @@ def plain_failure(client: StoreClient, world: World, since: int) -> dict[str, An
     """Another rank's plain-cell failure published after the first ``since``, if any."""
     n = plain_failures(client, world)
     for i in range(n, since, -1):
-        info = client.get_json_if(world.key(f"{PLAIN_FAILED}/{i}"))
+        info: dict[str, Any] | None = client.get_json_if(world.key(f"{PLAIN_FAILED}/{i}"))
         if info is not None and info.get("rank") != world.rank:
             return info
     return None

@@ -61,7 +61,7 @@ def resolve(host: str) -> str:
     """The address of ``host``, IPv4 if it has one, else IPv6 (raises socket.gaierror when it does not resolve)."""
     infos = socket.getaddrinfo(host, None, socket.AF_UNSPEC, socket.SOCK_STREAM)
     infos.sort(key=lambda info: info[0] != socket.AF_INET)
-    return infos[0][4][0]
+    return str(infos[0][4][0])
 
 
 def _all_addresses() -> dict[str, str]:

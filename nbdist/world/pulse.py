@@ -174,7 +174,8 @@ def beat_for(kernel: int, fd: int, client: WireClient, key: str, rank: int | Non
             if next_beat <= now:  # a late beat (a stalled host): do not send a burst to catch up
                 next_beat = now + interval
         wait = min(CHECK_EVERY, max(0.0, next_beat - time.monotonic()))
-        ready, _, _ = select.select([fd, client], [], [], wait)
+        readers: list[Any] = [fd, client]
+        ready, _, _ = select.select(readers, [], [], wait)
         if fd in ready:
             got, eof = _drain(fd)
             if got:

@@ -26,12 +26,12 @@ def reach(cfg: WorldConfig, deadline: float, on_status: Callable[[Any], None] | 
           session: str) -> tuple[StoreClient, Server | None]:
     """A connection to the world's server, and the server this kernel hosts (rank 0 starts it if none answers)."""
     host, port = cfg.master_addr, cfg.master_port
-    hosting = server is not None and server.running
-    if hosting and (server.host, server.port) != (host, port):
+    if server is not None and server.running and (server.host, server.port) != (host, port):
         server.stop()
         server = None
-    elif hosting and server.token != cfg.token:
-        server = _restart_for_token(server, session)
+    elif server is not None and server.running and server.token != cfg.token:
+        _restart_for_token(server, session)
+        server = None
     local = is_local_address(host)
     token_refused: float | None = None
     while True:
@@ -72,8 +72,7 @@ def reach(cfg: WorldConfig, deadline: float, on_status: Callable[[Any], None] | 
 
 
 def _restart_for_token(server: Server, session: str) -> None:
-    """A new token on the rank hosting the server takes effect: restart it, if nobody else uses it."""
-    assert server is not None
+    """A new token on the rank hosting the server takes effect: stop it (it starts again), if nobody else uses it."""
     address = f"{server.host}:{server.port}"
     client = connect(server.host, server.port, TIMEOUTS["connect"], token=server.token)
     try:
@@ -88,5 +87,4 @@ def _restart_for_token(server: Server, session: str) -> None:
             "use(s) it: run %dist_destroy in those notebooks first, then re-run %%dist_init here and there"
         )
     server.stop()
-    return None
 

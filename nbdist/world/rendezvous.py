@@ -62,11 +62,10 @@ def join(
         size = client.compare_set(f"r/{r}/size", "", str(world_size))
         nonce = uuid.uuid4().hex
         mine = json.dumps({**me, "nonce": nonce})
-        claim_text = client.compare_set(f"r/{r}/rank/{rank}", "", mine) if not ready else None
         if ready:
             holder_text = client.get_if(f"r/{r}/rank/{rank}")
             holder = json.loads(holder_text) if holder_text else None
-            if holder and holder["session"] != session:
+            if holder_text and holder and holder["session"] != session:
                 if is_alive(client, holder["session"]):
                     raise _duplicate(rank, holder)
                 if int(size) == world_size and any_alive(client, _claimants(client, r, holder["session"])):
@@ -77,6 +76,7 @@ def join(
             # A formed world re-initialised by one of its ranks: open the next round.
             _advance(client, r)
             continue
+        claim_text = client.compare_set(f"r/{r}/rank/{rank}", "", mine)
         if client.check([f"r/{r}/error"]):
             _advance(client, r)  # a failed attempt; start afresh
             continue

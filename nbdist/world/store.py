@@ -58,7 +58,7 @@ def tcp_store(*args: Any, **kwargs: Any) -> Any:
     import torch.distributed as dist
 
     try:
-        return dist.TCPStore(*args, use_libuv=True, **kwargs)
+        return dist.TCPStore(*args, **{**kwargs, "use_libuv": True})
     except TypeError:  # torch < 2.4 does not take use_libuv
         return dist.TCPStore(*args, **kwargs)
 
@@ -260,7 +260,7 @@ class StoreClient:
         self._call("set", lambda: self._store.set(PREFIX + key, value))
 
     def get(self, key: str) -> str:
-        return self._call("get", lambda: self._store.get(PREFIX + key)).decode()
+        return str(self._call("get", lambda: self._store.get(PREFIX + key)).decode())
 
     def get_if(self, key: str) -> str | None:
         """The value of ``key``, or None when it is not set: one round trip, never waits.
@@ -291,7 +291,7 @@ class StoreClient:
         out = self._call(
             "compare_set", lambda: self._store.compare_set(PREFIX + key, expected, desired)
         )
-        return out.decode()
+        return str(out.decode())
 
     def delete(self, key: str) -> None:
         self._call("delete_key", lambda: self._store.delete_key(PREFIX + key))
@@ -376,7 +376,7 @@ class _Waiter:
     def __init__(self, store: Any, host: str, port: int) -> None:
         self._store, self._host, self._port = store, host, port
         self._conn: Any = None
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         threading.Thread(target=self._run, name="nbdist-wait", daemon=True).start()
 
     def submit(self, keys: list[str], seconds: float) -> tuple[dict[str, Any], threading.Event]:
@@ -447,7 +447,8 @@ def verify(client: StoreClient, grace: float = 2.0) -> dict[str, Any]:
         text = client.get_if("server")
         if text is not None:
             try:
-                return json.loads(text)
+                marker: dict[str, Any] = json.loads(text)
+                return marker
             except ValueError:
                 break
         if time.monotonic() > deadline:

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import HEARTBEAT_INTERVAL, POLL_INTERVAL
-from ..errors import JoinError, PeerFailedError, PeerLostError, WaitTimeout, WorldChangedError
+from ..errors import JoinError, PeerFailedError, PeerLostError, StoreConnectionError, WaitTimeout, WorldChangedError
 from . import verdict as verdicts
 from .pulse import judge
-from .store import StoreClient, StoreConnectionError
+from .store import StoreClient
 from .verdict import Verdict
 
 TURN = "turn"  # the last step the world took (see the module docstring)

@@ -336,7 +336,7 @@ class Result:
     schedules: set[str] = field(default_factory=set)
     stops: set[tuple[int, int, str]] = field(default_factory=set)  # (rank, gate, event) of every event that fired
     bound: int | None = None
-    passed: dict[int, set[int]] = field(default_factory=dict)  # per rank, the gates offering events that event-free runs passed
+    passed: dict[int, set[int]] = field(default_factory=dict)  # per rank, gates with events on offer that runs passed
 
     @property
     def distinct(self) -> int:

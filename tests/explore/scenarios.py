@@ -12,12 +12,11 @@ from IPython.core.error import UsageError
 from nbdist.errors import CellMismatchError, PeerFailedError, PeerLostError
 from nbdist.world.world import World
 
+from . import groups
 from . import invariants as inv
 from .explorer import Hooks, Run, Scenario
-from .gate import Killed
+from .gate import Hung, Killed
 from .invariants import Violation
-from . import groups
-from .gate import Hung
 from .kernel import Kernel, kernel
 from .scheduler import AFTER, BEFORE, KILL
 

@@ -1,6 +1,7 @@
 """The lockstep protocol under every interleaving of two ranks within a preemption bound, and random ones of three:
 the stop button and a killed kernel at every store operation, the typo race CI met, a barrier against a cell, F1,
-and F2 (a stop anywhere in a step that rebuilds the process group: :mod:`.groups` models torch's set-up). Real server, real TCP, no kernels; virtual time. ``python -m tests.explore`` runs the same for longer."""
+and F2 (a stop anywhere in a step that rebuilds the process group: :mod:`.groups` models torch's set-up). Real
+server, real TCP, no kernels; virtual time. ``python -m tests.explore`` runs the same for longer."""
 
 from __future__ import annotations
 

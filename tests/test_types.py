@@ -1,0 +1,17 @@
+"""The type checker holds on the lockstep protocol: mypy, strict on ``nbdist/world`` and ``nbdist/cell``
+(its settings are pyproject.toml's ``[tool.mypy]``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_mypy_finds_no_error_in_the_protocols_packages():
+    done = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no issues found" in done.stdout
