@@ -115,7 +115,7 @@ def test_a_collective_on_a_new_group_is_cut_when_a_peer_fails_and_by_the_stop_bu
     t0 = time.monotonic()
     r0, r1 = kernels.execute_all(world, code, timeout=90)
     record_fault("peer raises while the other waits in a new_group collective", time.monotonic() - t0)
-    assert time.monotonic() - t0 < 4
+    assert time.monotonic() - t0 < 10  # not the group's 300 s, nor --timeout 60
     assert r0.status == "error" and r0.error["ename"] == "PeerFailedError" and "ValueError" in r0.error["evalue"]
     # The stop button, with both ranks stuck in different collectives of the subgroup.
     ok(kernels.execute_all(world, "%%collective\npair = dist.new_group([0, 1])\n", timeout=60))
@@ -162,7 +162,7 @@ def test_a_group_with_a_collective_left_pending_is_set_aside_without_waiting_for
     r = world[0].execute(pending, timeout=60)
     assert r.status == "ok", r.error
     seconds, initialized, completed = ast.literal_eval(r.text().strip().splitlines()[-1])
-    assert seconds < 1 and not initialized and not completed
+    assert seconds < 10 and not initialized and not completed  # not the group's 300 s
     for r in ok(kernels.execute_all(world, ALL_REDUCE, timeout=60)):  # every rank rebuilds, and it works
         assert "rebuilt before this cell" in r.text() and "2.0" in r.text()
 
@@ -234,7 +234,7 @@ def test_a_failure_in_nbdists_capture_is_that_ranks_error_and_ends_every_rank_at
         t0 = time.monotonic()
         r0, r1 = kernels.execute_all(world, "%%collective --timeout 120\nprint('printed', RANK)\n", timeout=150)
         record_fault("nbdist's own capture fails on one rank", time.monotonic() - t0)
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < 30  # at once, not at --timeout 120
     finally:
         assert world[1].execute("_cap.run_cell = _real_run_cell").status == "ok"
     for r in (r0, r1):
@@ -297,7 +297,7 @@ def test_a_rank_whose_collective_cannot_start_does_not_leave_the_others_waiting(
     t0 = time.monotonic()
     r0, r1 = kernels.execute_all(world, ["%%collective --timeout 60\nx = 1\n", "%%collective --timeuot 60\nx = 1\n"],
                                  timeout=90)
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 30  # not at --timeout 60
     assert r1.status == "error" and r1.error["ename"] == "UsageError"
     assert r0.status == "error" and "rank 1" in r0.error["evalue"], r0.error
     assert "could not start its cell (UsageError" in r0.error["evalue"]
@@ -314,7 +314,7 @@ def test_a_rank_late_to_a_cell_another_rank_could_not_start_fails_at_once_or_mee
     assert r1.status == "error" and r1.error["ename"] == "UsageError"
     t0 = time.monotonic()
     r0 = world[0].execute(good, timeout=90)
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 30  # not at --timeout 60
     assert r0.status == "error" and r0.error["ename"] == "PeerFailedError", r0.error
     assert "rank 1" in r0.error["evalue"] and "could not start its cell (UsageError" in r0.error["evalue"], r0.error
     ok(kernels.execute_all(world, ALL_REDUCE, timeout=60))  # and the world is in step
@@ -341,7 +341,7 @@ def test_a_rank_slow_to_start_the_cell_another_rank_failed_to_start_fails_at_onc
         t0 = time.monotonic()
         r0, r1 = kernels.execute_all(world, ["%%collective --timeout 60\nx = 1\n",
                                              "%%collective --timeuot 60\nx = 1\n"], timeout=90)
-        assert time.monotonic() - t0 < 10
+        assert time.monotonic() - t0 < 30  # not at --timeout 60
         assert r1.status == "error" and r1.error["ename"] == "UsageError"
         assert r0.status == "error" and "could not start its cell (UsageError" in r0.error["evalue"], r0.error
     finally:
@@ -396,7 +396,7 @@ def test_the_magics_flags_count_as_code(world):
     t0 = time.monotonic()
     results = kernels.execute_all(world, ["%%collective --no-check --timeout 30\nx = 1\n",
                                           "%%collective --timeout 30\nx = 1\n"], timeout=60)
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 20  # refused, not waited out (--timeout 30)
     for r in results:
         assert r.status == "error" and r.error["ename"] == "CellMismatchError", r.error
         assert "different flags" in r.error["evalue"]

@@ -72,7 +72,7 @@ def test_a_rebuild_wait_keeps_the_cells_timeout_and_names_the_idle_rank_then_the
     r = world[1].execute("%%collective --timeout 5\nx = 1\n", timeout=60)
     took = time.monotonic() - t0
     assert r.status == "error" and r.error["ename"] == "WaitTimeout", r.error
-    assert 4.5 < took < 9, took
+    assert 4.5 < took < 30, took  # its own --timeout 5, not a longer wait
     message = r.error["evalue"]
     assert f"Missing: rank 0 ({HOST}, pid " in message and "idle since " in message, message
     assert "Every rank must rebuild the process group at this cell's start first" in message, message
@@ -99,7 +99,7 @@ def test_a_rank_waiting_at_a_step_while_the_world_moves_on_rebuilds_there_with_t
 def test_a_barrier_and_a_collective_at_the_same_step_are_refused_on_both_naming_each(world):
     t0 = time.monotonic()
     results = kernels.execute_all(world, ["%dist_barrier --timeout 30", ALL_REDUCE.replace("60", "30")], timeout=60)
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 20  # refused, not waited out (--timeout 30)
     for r in results:
         assert r.status == "error" and r.error["ename"] == "CellMismatchError", r.error
         assert "the ranks reached different steps (rank 0: %dist_barrier #" in r.error["evalue"], r.error
@@ -161,7 +161,7 @@ def test_the_stop_button_before_a_collective_starts_stops_it_and_the_others_are_
         other = box["r"].error
         assert other["ename"] == "PeerFailedError" and "rank 1" in other["evalue"], other
         assert "interrupted its cell" in other["evalue"], other
-        assert box["t"] - mine["t"] < 3
+        assert box["t"] - mine["t"] < 20  # told, not waiting out its --timeout 60
     finally:
         ok([world[1].execute(UNHOLD, timeout=30)])
     works(world)
