@@ -158,6 +158,18 @@ def test_a_tutorials_setup_and_cleanup_run_as_pasted_and_a_mismatched_backend_is
 
 
 @pytest.mark.timeout(180)
+def test_a_rank_that_builds_the_group_again_alone_is_told_once_the_other_finished_its_body(world):
+    alone = ("%%collective --timeout 60\nif RANK == 0:\n    dist.destroy_process_group()\n"
+             "    dist.init_process_group('gloo')\n")
+    for r in kernels.execute_all(world, alone, timeout=90):
+        assert r.status == "error" and r.error["ename"] == "CollectiveMismatchError", r.error
+        assert "rank 1 (" in r.error["evalue"] and "finished this cell without building the process group again" \
+            in r.error["evalue"], r.error
+    for r in ok(kernels.execute_all(world, ALL_REDUCE, timeout=60)):
+        assert "2.0" in r.text() and "rebuilt" in r.text()
+
+
+@pytest.mark.timeout(180)
 def test_a_collective_on_a_new_group_is_cut_when_a_peer_fails_and_by_the_stop_button(world, record_fault):
     ok(kernels.execute_all(world, "%%collective\npair = dist.new_group([0, 1])\n", timeout=60))
     # The group's own timeout follows the world's process-group timeout (300 s here), not torch's 30 minutes.

@@ -59,6 +59,9 @@ def test_spawn_4_runs_collectives_survives_max_time_and_unload_leaves_no_worker(
         assert f"ignored: this notebook is already rank {rank} of a 4-rank gloo world" in text, text
     r = driver.execute("setup(RANK, WORLD_SIZE)", timeout=60)
     assert r.status == "ok" and "ignored: this notebook is already rank 0 of a 4-rank gloo world" in r.text()
+    # After a cleanup() in the driver's plain cell, only a %%collective can build the group again with the workers.
+    r = driver.execute("dist.destroy_process_group()\nsetup(RANK, WORLD_SIZE)", timeout=60)
+    assert r.status == "error" and r.error["ename"] == "DriveError" and "%%collective" in r.error["evalue"], r.error
     # --max-time ends a loop of collectives on every rank, again and again, and the next cell works each time:
     # the stop the watchers send as the bodies end must not land in nbdist's own end of the cell (it did, and
     # left the driver in the old process group while its workers rebuilt a new one: the next cell hung).
