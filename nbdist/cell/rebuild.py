@@ -4,7 +4,9 @@ Every rank builds at the same point (its join, a step's tag), on a prefix of the
 takes alike. A group that was cut (a stopped collective), found broken (a failed cell), destroyed by
 the notebook's code, or built in an older generation (a rank rejoined) is rebuilt before it is used:
 a ``%%collective`` decides that at its start (:mod:`nbdist.cell.cells`), a plain cell before its first
-collective (:func:`ensure`). ``session``: the kernel's :class:`nbdist.session.Session`.
+collective (:func:`ensure`). The notebook's own ``init_process_group`` after its code destroyed the group
+builds it again at once, with every rank (:func:`restore`). ``session``: the kernel's
+:class:`nbdist.session.Session`.
 """
 
 from __future__ import annotations
@@ -139,10 +141,11 @@ def restore(session: Any) -> str | None:
         if checker is not None or on_plain is None or on_plain() is None:  # a plain cell: as its first collective
             session.ensure_group()
         return "the process group, which the notebook's code had destroyed, was built again with every rank"
-    if checker.ranks is not None:
+    if checker.ranks is not None and set(checker.ranks) != set(range(world.world_size)):
         raise InitProcessGroupError("init_process_group after destroy_process_group in a %%collective --ranks cell: "
-                                    "the world's process group needs every rank. Run it in a cell of every rank; "
-                                    "the next %%collective rebuilds the group in any case")
+                                    "the world's process group needs every rank, and the ranks outside --ranks do "
+                                    "not run this cell. Run it in a %%collective without --ranks (the next "
+                                    "%%collective builds the group again in any case)")
     n = session.turn.step
     assert n is not None, "a body runs at its step"
     checker.builds += 1
