@@ -92,6 +92,10 @@ class CollectiveMismatchError(NbdistError, RuntimeError):
     """Ranks issued collectives that do not match (op, shape, dtype, root...)."""
 
 
+class InitProcessGroupError(NbdistError, ValueError):
+    """The notebook's code called ``init_process_group`` with a backend, rank or world size the world does not have."""
+
+
 class DriveError(NbdistError, RuntimeError):
     """Another notebook drives this world, or a follower refused a cell this notebook sent."""
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._version import __version__
-from .backend import backends, cpplog, debugmode, envplan, threads, tunnel
+from .backend import backends, cpplog, debugmode, envplan, threads, tunnel, userinit
 from .backend.environ import Environ
 from .backend.procgroup import destroy_default
 from .cell import capture, cells, prestart, progress, rebuild, turn
@@ -85,6 +85,7 @@ class Session:
         self.cpplog_note: str | None = None  # torch was imported first: its C++ log lines may show
         self._around_tunnel: envplan.EnvVar | None = None  # the interface chosen for the peers, the master on loopback
         self.hooks = Collectives()
+        self.user_init = userinit.UserInit()  # the notebook's own init_process_group, while in a world
         self.stopper = Stopper()  # lets nbdist's watchers end the running cell (--max-time, %dist_stop)
         self.guard: Guard | None = None
         self.plain = PlainNet(self)  # the watcher of a plain cell that calls a collective
@@ -192,6 +193,7 @@ class Session:
         self.hooks.install()
         self.stopper.install()
         self.hooks.on_plain = self.plain.checker
+        self.user_init.install(self._formed, lambda: rebuild.restore(self))
         self.guard = Guard(self.client.clone(op_timeout=5.0), self.world.key, cfg.rank, self.id, self._stop_requested)
         self.world.last_turn = self.world.turn() - 1  # the steps before this rank joined are not ones it missed
         if self.world.replaced is None:
@@ -291,6 +293,12 @@ class Session:
         before = threads.apply(count)
         if self.threads_before is None:
             self.threads_before = before
+
+    def _formed(self) -> userinit.Formed:
+        """This world as the notebook's own ``init_process_group`` is compared with it."""
+        world, choice = self.require_world("init_process_group"), self.choice
+        assert choice is not None
+        return userinit.Formed(choice.backend, world.rank, world.world_size, world.describe(world.rank))
 
     def rebuild_process_group(self, tag: str, step: int | None = None) -> None:
         """Build this world's process group afresh, as every rank does at the same point (:mod:`.cell.rebuild`)."""
@@ -563,6 +571,7 @@ class Session:
                 self.world.pg.destroy()
             self.world = None
         self.hooks.active, self.hooks.pg = None, None
+        self.user_init.uninstall()
         destroy_default()
         self.debug.restore()
         self.environ.restore(keep=self.environ.early)

@@ -91,7 +91,16 @@ def test_unload_and_reload_tear_down_cleanly():
         assert r.status == "ok", r.error
         r = k.execute("%%collective\nt = torch.ones(1); dist.all_reduce(t); t.item()\n", timeout=60)
         assert r.status == "ok" and "1.0" in r.text()
+        # The world answers the notebook's own init_process_group while it lasts; leaving it gives torch's back.
+        ours = "hasattr(torch.distributed.init_process_group, '__nbdist_original__')"
+        assert k.execute(ours).text().strip() == "True"
+        assert k.execute("%dist_destroy").status == "ok"
+        assert k.execute(ours).text().strip() == "False"
+        r = k.execute(init_line(0, 1, port), timeout=60)
+        assert r.status == "ok", r.error
+        assert k.execute(ours).text().strip() == "True"
         assert k.execute("%unload_ext nbdist").status == "ok"
+        assert k.execute(ours).text().strip() == "False"
         # The magics are gone: IPython itself answers that it does not know them.
         r = k.execute("%%collective\nx = 1\n")
         assert r.status == "error" and r.error["ename"] == "UsageError", r.error

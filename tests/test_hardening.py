@@ -104,6 +104,71 @@ def test_after_user_code_destroys_the_process_group_the_next_cell_rebuilds_it_an
     ok(kernels.execute_all(world, "for s in _socks + _peers + [_srv]:\n    s.close()\n", timeout=60))
 
 
+TUTORIAL = """%%collective
+import os
+
+def setup(rank, world_size):
+    os.environ['MASTER_ADDR'] = 'localhost'
+    os.environ['MASTER_PORT'] = '12355'
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+def cleanup():
+    dist.destroy_process_group()
+
+def demo(rank, world_size):
+    setup(rank, world_size)
+    t = torch.ones(1) * (rank + 1)
+    dist.all_reduce(t)
+    cleanup()
+    return t.item()
+"""
+
+
+def _ignored(rank: int) -> str:
+    return (f"nbdist: init_process_group('gloo', rank={rank}, world_size=2) ignored: this notebook is already "
+            f"rank {rank} of a 2-rank gloo world")
+
+
+@pytest.mark.timeout(240)
+def test_a_tutorials_setup_and_cleanup_run_as_pasted_and_a_mismatched_backend_is_one_clear_error(world):
+    ok(kernels.execute_all(world, TUTORIAL, timeout=60))
+    # setup() is a no-op with one line; cleanup() destroys the group, and the next cell gets the world's back.
+    for rank, r in enumerate(ok(kernels.execute_all(world, "%%collective\ndemo(RANK, WORLD_SIZE)\n", timeout=60))):
+        assert _ignored(rank) in r.text() and "3.0" in r.text(), r.text()
+    # Twice in one body: the second setup() comes after the first cleanup(), and builds the world's group again.
+    two = "%%collective\na = demo(RANK, WORLD_SIZE)\nb = demo(RANK, WORLD_SIZE)\n(a, b)\n"
+    for rank, r in enumerate(ok(kernels.execute_all(world, two, timeout=90))):
+        text = r.text()
+        assert _ignored(rank) in text and "was built again with every rank" in text and "(3.0, 3.0)" in text, text
+    # In plain cells too, the second time after a cleanup() in a plain cell.
+    for _ in range(2):
+        for rank, r in enumerate(ok(kernels.execute_all(world, "demo(RANK, WORLD_SIZE)\n", timeout=90))):
+            assert _ignored(rank) in r.text() and "3.0" in r.text(), r.text()
+    ok(kernels.execute_all(world, "setup(RANK, WORLD_SIZE)\n", timeout=90))  # the group back for what follows
+    assert [value(k, "dist.get_rank(), dist.get_world_size(), dist.get_backend()") for k in world] == [
+        (0, 2, "gloo"), (1, 2, "gloo")]
+    # A backend the world does not have: the same clear error on every rank, nothing changed.
+    nccl = "%%collective\ndist.init_process_group('nccl', rank=RANK, world_size=WORLD_SIZE)\n"
+    for r in kernels.execute_all(world, nccl, timeout=60):
+        assert r.status == "error" and "raised InitProcessGroupError" in r.error["evalue"], r.error
+        assert "backend nccl, but the world uses gloo" in r.error["evalue"]
+        assert r.text().count("backend nccl, but the world uses gloo") >= 2 and "twice" not in r.text(), r.text()
+    for r in ok(kernels.execute_all(world, ALL_REDUCE, timeout=60)):
+        assert "2.0" in r.text() and "rebuilt" not in r.text()  # the next cell works, on the same group
+
+
+@pytest.mark.timeout(180)
+def test_a_rank_that_builds_the_group_again_alone_is_told_once_the_other_finished_its_body(world):
+    alone = ("%%collective --timeout 60\nif RANK == 0:\n    dist.destroy_process_group()\n"
+             "    dist.init_process_group('gloo')\n")
+    for r in kernels.execute_all(world, alone, timeout=90):
+        assert r.status == "error" and r.error["ename"] == "CollectiveMismatchError", r.error
+        assert "rank 1 (" in r.error["evalue"] and "finished this cell without building the process group again" \
+            in r.error["evalue"], r.error
+    for r in ok(kernels.execute_all(world, ALL_REDUCE, timeout=60)):
+        assert "2.0" in r.text() and "rebuilt" in r.text()
+
+
 @pytest.mark.timeout(180)
 def test_a_collective_on_a_new_group_is_cut_when_a_peer_fails_and_by_the_stop_button(world, record_fault):
     ok(kernels.execute_all(world, "%%collective\npair = dist.new_group([0, 1])\n", timeout=60))

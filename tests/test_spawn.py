@@ -46,6 +46,22 @@ def test_spawn_4_runs_collectives_survives_max_time_and_unload_leaves_no_worker(
     assert "4 ranks" in text, text
     for rank in range(4):
         assert f"{rank} 6.0 [0.0, 10.0, 20.0, 30.0]" in text, text
+    # A tutorial's setup() as pasted (issue 35), again after its cleanup() in the same body: every worker answers
+    # it as the driver does, with the world's group; in the driver's plain cell it is one line too.
+    tutorial = ("%%collective --view ranks\ndef setup(rank, world_size):\n"
+                "    dist.init_process_group('gloo', rank=rank, world_size=world_size)\n"
+                "setup(RANK, WORLD_SIZE)\ndist.destroy_process_group()\nsetup(RANK, WORLD_SIZE)\n"
+                "t = torch.ones(1)\ndist.all_reduce(t)\nt.item()\n")
+    r = driver.execute(tutorial, timeout=120)
+    text = r.text()
+    assert r.status == "ok" and "Out: 4.0" in text and text.count("was built again with every rank") == 4, text
+    for rank in range(4):
+        assert f"ignored: this notebook is already rank {rank} of a 4-rank gloo world" in text, text
+    r = driver.execute("setup(RANK, WORLD_SIZE)", timeout=60)
+    assert r.status == "ok" and "ignored: this notebook is already rank 0 of a 4-rank gloo world" in r.text()
+    # After a cleanup() in the driver's plain cell, only a %%collective can build the group again with the workers.
+    r = driver.execute("dist.destroy_process_group()\nsetup(RANK, WORLD_SIZE)", timeout=60)
+    assert r.status == "error" and r.error["ename"] == "DriveError" and "%%collective" in r.error["evalue"], r.error
     # --max-time ends a loop of collectives on every rank, again and again, and the next cell works each time:
     # the stop the watchers send as the bodies end must not land in nbdist's own end of the cell (it did, and
     # left the driver in the old process group while its workers rebuilt a new one: the next cell hung).

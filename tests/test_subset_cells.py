@@ -165,6 +165,19 @@ def test_a_world_all_reduce_in_a_subset_cell_is_refused_at_once_naming_new_group
 
 
 @pytest.mark.timeout(180)
+def test_a_tutorials_setup_after_its_cleanup_in_a_subset_cell_is_refused_and_the_next_full_cell_works(world):
+    code = ("%%collective --ranks 0-1\ndist.destroy_process_group()\n"
+            "dist.init_process_group('gloo', rank=RANK, world_size=WORLD_SIZE)\nafter = 1\n")
+    results = kernels.execute_all(world, code, timeout=60)
+    assert [r.status for r in results] == ["error"] * 3, [r.error for r in results]
+    for r in results:  # the skipped rank ends with the members' error, too
+        text = f"{r.error['ename']}: {r.error['evalue']}"
+        assert "InitProcessGroupError" in text and "the world's process group needs every rank" in text, text
+    assert has(world, "after") == [False, False, False]
+    works(world)
+
+
+@pytest.mark.timeout(180)
 def test_a_subgroup_all_reduce_and_a_send_between_the_cells_ranks_work(world):
     ok(kernels.execute_all(world, "%%collective\nsub = dist.new_group([0, 1])\n", timeout=60))
     code = ("%%collective --ranks 0-1\nt = torch.ones(1) * (RANK + 1)\ndist.all_reduce(t, group=sub)\n"

@@ -4,7 +4,8 @@ Owns the choice of backend and device before torch is imported (``backends``,
 ``ascend``), environment plans (``envplan``, ``hcclports``, ``tunnel``,
 ``cpplog``, ``debugmode``), what nbdist set in ``os.environ`` (``environ``),
 torch's thread count on a rank (``threads``), building, judging and cutting
-process groups (``procgroup``) and ``nbdist doctor``'s checks (``doctor``).
+process groups (``procgroup``), the notebook's own ``init_process_group`` in a
+formed world (``userinit``) and ``nbdist doctor``'s checks (``doctor``).
 
 May import: the shared base (``errors``, ``config``) and ``nbdist.world``
 (the store, network facts). Nothing of cells, views or drivers.

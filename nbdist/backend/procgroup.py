@@ -32,6 +32,7 @@ from typing import Any
 
 from ..world import netinfo
 from ..world.netinfo import plain_ip
+from . import userinit
 
 log = logging.getLogger(__name__)
 
@@ -225,8 +226,8 @@ class ProcessGroup:
         self._p2p: dict[Any, int] = {}  # group -> send/recv calls
         self._store = recording_store(store, timeout, self.endpoints)
         _restart_group_names()
-        dist.init_process_group(backend, store=dist.PrefixStore(prefix, self._store), rank=rank,
-                                world_size=world_size, timeout=timedelta(seconds=timeout))
+        userinit.real()(backend, store=dist.PrefixStore(prefix, self._store), rank=rank, world_size=world_size,
+                        timeout=timedelta(seconds=timeout))  # torch's own: user code's calls meet nbdist's stand-in
         self.group = dist.distributed_c10d._get_default_group()
 
     def is_current(self) -> bool:

@@ -170,6 +170,7 @@ class Checker:
         self.reaching: tuple[str, float] | None = None  # (what, since) while it waits to compare one with the others
         self.stopped: dict[str, Any] | None = None  # set by the watcher: why no collective may start
         self.failed_inside = False
+        self.builds = 0  # process groups the body's init_process_group built after destroying the world's (rebuild)
         self.lock = threading.Lock()
 
     def stop(self, info: dict[str, Any]) -> None:

@@ -4,7 +4,9 @@ Every rank builds at the same point (its join, a step's tag), on a prefix of the
 takes alike. A group that was cut (a stopped collective), found broken (a failed cell), destroyed by
 the notebook's code, or built in an older generation (a rank rejoined) is rebuilt before it is used:
 a ``%%collective`` decides that at its start (:mod:`nbdist.cell.cells`), a plain cell before its first
-collective (:func:`ensure`). ``session``: the kernel's :class:`nbdist.session.Session`.
+collective (:func:`ensure`). The notebook's own ``init_process_group`` after its code destroyed the group
+builds it again at once, with every rank (:func:`restore`). ``session``: the kernel's
+:class:`nbdist.session.Session`.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..backend import envplan
 from ..backend.procgroup import ProcessGroup, destroy_default
 from ..config import TIMEOUTS
-from ..errors import PeerFailedError
+from ..errors import CollectiveMismatchError, InitProcessGroupError, PeerFailedError
 from ..world.store import run_in_thread
 from ..world.world import World, step_name
 from . import cells
@@ -26,12 +29,13 @@ from .turn import Phase, Turn
 BUILT_HCCL = "this kernel has built an HCCL process group already"
 
 
-def build(session: Any, tag: str, step: int | None = None) -> None:
+def build(session: Any, tag: str, step: int | None = None, also: Callable[[], None] | None = None) -> None:
     """Build this world's process group afresh (every rank does it at the same point).
 
     ``step``: the step whose meeting opened this rebuild, if any. Every rank arrived there, so every
     rank builds (a stop waits until it has: :mod:`nbdist.cell.turn`); one that cannot publishes its
     failure at that step, and the others' builds end with it instead of waiting in torch's set-up.
+    ``also``: a further check while it waits, which may raise to give up.
     """
     world = session.world
     assert world is not None and session.client is not None and session.choice is not None
@@ -61,6 +65,8 @@ def build(session: Any, tag: str, step: int | None = None) -> None:
             raise PeerFailedError(f"rebuilding the process group (step #{step}): {why}; run the next cell on every "
                                   "rank")
         world.check_peers()
+        if also is not None:
+            also()
 
     world.pg = run_in_thread(make, session.pg_timeout, "initialising the process group", on_tick=watch)
     world.pg.gen = world.gen
@@ -119,6 +125,46 @@ def ensure(session: Any) -> str | None:
         if stopped:
             raise KeyboardInterrupt
     return why
+
+
+def restore(session: Any) -> str | None:
+    """The notebook's code asks for a process group (``init_process_group``, :mod:`nbdist.backend.userinit`): if
+    that code destroyed the world's, build it again with every rank, where a collective of the same code would
+    (a plain cell's first collective; this point of a ``%%collective`` body, which every rank runs alike).
+    Returns what was done, in words, or None when the group was there."""
+    world = session.require_world("init_process_group")
+    if world.pg is not None and world.pg.is_current():
+        return None
+    checker = session.hooks.active
+    if checker is None or checker.plain:
+        on_plain = session.hooks.on_plain
+        if checker is not None or on_plain is None or on_plain() is None:  # a plain cell: as its first collective
+            session.ensure_group()
+        return "the process group, which the notebook's code had destroyed, was built again with every rank"
+    if checker.ranks is not None and set(checker.ranks) != set(range(world.world_size)):
+        raise InitProcessGroupError("init_process_group after destroy_process_group in a %%collective --ranks cell: "
+                                    "the world's process group needs every rank, and the ranks outside --ranks do "
+                                    "not run this cell. Run it in a %%collective without --ranks (the next "
+                                    "%%collective builds the group again in any case)")
+    n = session.turn.step
+    assert n is not None, "a body runs at its step"
+    checker.builds += 1
+    k = checker.builds
+    mine = f"{step_name(n)}/init/{k}"
+    world.client.set(world.key(f"{mine}/{world.rank}"), "1")
+
+    def finished_without() -> None:  # a rank that ended its body without this call would leave this one waiting
+        for i in range(world.world_size):
+            if (i != world.rank and world.client.check([world.key(f"{step_name(n)}/out/{i}")])
+                    and not world.client.check([world.key(f"{mine}/{i}")])):
+                raise CollectiveMismatchError(
+                    f"{world.describe(i)} finished this cell without building the process group again "
+                    f"(init_process_group #{k} after destroy_process_group), which {world.describe(world.rank)} "
+                    "waits for: every rank must run the same code")
+
+    with checker.marked(f"init_process_group #{k}"):
+        build(session, f"t{n}i{k}", n, also=finished_without)
+    return "the process group, which this cell's code had destroyed, was built again with every rank"
 
 
 class _Announcement:
