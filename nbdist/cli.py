@@ -176,6 +176,7 @@ def _stop(args: argparse.Namespace) -> int:
 
     from .cell.guard import request_stop
     from .errors import NbdistError
+    from .world import keys
     from .world.store import connect
     from .world.world import current_round
 
@@ -184,7 +185,7 @@ def _stop(args: argparse.Namespace) -> int:
         client = connect(args.master_addr, args.master_port, token=token)
         try:
             round_ = current_round(client)
-            if client.get_if(f"r/{round_}/ready") is None:
+            if client.get_if(keys.in_round(round_, keys.READY)) is None:
                 print(f"nbdist stop: no world has formed at {args.master_addr}:{args.master_port}", file=sys.stderr)
                 return 1
             n = request_stop(client, round_, f"nbdist stop in a terminal on {socket.gethostname()}")

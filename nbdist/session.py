@@ -37,7 +37,7 @@ from .errors import (
     StoppedError,
     StoreConnectionError,
 )
-from .world import netinfo, reach, rendezvous, signing
+from .world import keys, netinfo, reach, rendezvous, signing
 from .world.heartbeat import Heartbeat
 from .world.store import Server, StoreClient, connect
 from .world.world import World
@@ -233,7 +233,7 @@ class Session:
         self.environ.set({chosen.key: chosen.value})
         mine = world.ranks[world.rank]
         mine.update(addr=addr, env=_env_lines(self.env_plan))
-        world.client.set(world.key(f"rank/{world.rank}"), json.dumps(mine))  # for those who read it again
+        world.client.set(world.key(keys.rank(world.rank)), json.dumps(mine))  # for those who read it again
 
     def plan_for(self, cfg: WorldConfig, backend: str) -> list[envplan.EnvVar]:
         """The environment plan for ``backend`` on this host (values nbdist set earlier are not the user's)."""
@@ -533,8 +533,8 @@ class Session:
         now = time.time()
         for i, info in enumerate(world.ranks):
             last = world.last(i)
-            beat = world.client.get_json_if(f"hb/{info['session']}")
-            left = world.client.check([world.key(f"left/{i}")])
+            beat = world.client.get_json_if(keys.heartbeat(info["session"]))
+            left = world.client.check([world.key(keys.left(i))])
             age = None if beat is None else max(0.0, now - beat["t"])
             rows.append({
                 **info,

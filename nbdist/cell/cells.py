@@ -49,6 +49,7 @@ from ..errors import (
 )
 from ..view import ranksets, trace
 from ..view.shrink import fit
+from ..world import keys
 from ..world import verdict as verdicts
 from ..world.store import StoreClient
 from ..world.verdict import Verdict
@@ -321,21 +322,21 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
             error["consequence"] = _is_consequence(error, checker)
         if error is None or error["consequence"]:
             record["cancelled"] = reason.get("message", "")
-    world.client.set(world.key(f"{cell}/out/{world.rank}"), fit(record))
-    keys = [world.key(f"{cell}/out/{i}") for i in range(world.world_size)]
+    world.client.set(world.key(keys.out(cell, world.rank)), fit(record))
+    outs = [world.key(keys.out(cell, i)) for i in range(world.world_size)]
     try:
-        world.barrier(f"{cell}/out", timeout, f"{label} (end)", then=f"finished {label}",
+        world.barrier(keys.ending(cell), timeout, f"{label} (end)", then=f"finished {label}",
                       on_tick=lambda: _end_tick(world, cell, live, flags, body_started, turn),
                       working=lambda _, last: at_work(cell, last) and _within_max_time(flags, body_started))
     except (NbdistError, KeyboardInterrupt) as exc:
         if world.pg is not None:
             world.pg.distrust(f"the end of {label} was not reached by every rank")
-        exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in keys], reason, rebuilt,  # type: ignore[union-attr]
+        exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in outs], reason, rebuilt,  # type: ignore[union-attr]
                               live_id=live.display_id, view=flags.view, show=flags.show)
         raise
     turn.done()  # the cell ended on every rank
     world.note(f"finished {label}", cell=n)
-    outcome = Outcome(n, [json.loads(t) for t in world.client.multi_get(keys)], reason, rebuilt,
+    outcome = Outcome(n, [json.loads(t) for t in world.client.multi_get(outs)], reason, rebuilt,
                       live_id=live.display_id, view=flags.view, show=flags.show)
     outcome.mismatch = _history_mismatch(outcome.captures)
     distrusted = procgroup.verdict({i: (c or {}).get("pg") for i, c in enumerate(outcome.captures)})
@@ -365,7 +366,7 @@ def _end_tick(world: World, cell: str, live: LiveTable, flags: Flags, started: f
     live.tick()
     if not _within_max_time(flags, started):
         running = [world.describe(i) for i in range(world.world_size)
-                   if (world.client.get_json_if(world.key(f"last/{i}")) or {}).get("body") == cell]
+                   if (world.client.get_json_if(world.key(keys.last(i))) or {}).get("body") == cell]
         raise MaxTimeError(f"--max-time {flags.max_time:g} s ran out with {', '.join(running) or 'a rank'} still "
                            "running its body")
 

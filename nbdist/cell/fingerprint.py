@@ -32,6 +32,7 @@ from typing import Any
 from ..backend.procgroup import group_name, members
 from ..errors import CollectiveMismatchError, PeerFailedError, PeerLostError, SkippedRanksError, StoppedError
 from ..view.ranksets import fold
+from ..world import keys
 from ..world.world import World
 from .history import History, checksum, end_mismatch, quick_key, summary
 
@@ -342,15 +343,15 @@ class Checker:
         """
         world, client = self.world, self.world.client
         fp = {**self.sigs[crc], "seq": seq}
-        base = f"{self.cell}/fp/{name}/{seq}"
+        base = keys.compared(self.cell, name, seq)
         if publish:
-            client.set_json(world.key(f"{base}/{world.rank}"), fp)
-            client.add(world.key(f"{base}/n"), 1)
+            client.set_json(world.key(keys.member(base, world.rank)), fp)
+            client.add(world.key(keys.arrivals(base)), 1)
         who = ranks if ranks is not None else list(range(world.world_size))
         fps = {world.rank: fp}
         for i in who:
             if i != world.rank:
-                other = client.get_json_if(world.key(f"{base}/{i}"))
+                other = client.get_json_if(world.key(keys.member(base, i)))
                 if other is not None:
                     fps[i] = other
         problems = differences(fps)
@@ -361,7 +362,7 @@ class Checker:
             )
         self._peer_finished(name, seq, fp, ranks)
         for i in who:  # a rank whose own call completed (gloo may complete one side of a mismatch) and finished
-            done = client.get_json_if(world.key(f"{self.cell}/out/{i}")) if i != world.rank else None
+            done = client.get_json_if(world.key(keys.out(self.cell, i))) if i != world.rank else None
             if done is not None and "checks" in done:
                 mine = self.checks()
                 why = end_mismatch({world.rank: mine, i: done["checks"]}, differences)
@@ -402,15 +403,15 @@ class Checker:
         """Publish this rank's fingerprint for collective ``seq`` of group ``name``; compare its members'."""
         world, client = self.world, self.world.client
         fp = {**fp, "seq": seq}
-        base = f"{self.cell}/fp/{name}/{seq}"
-        client.set_json(world.key(f"{base}/{world.rank}"), fp)
+        base = keys.compared(self.cell, name, seq)
+        client.set_json(world.key(keys.member(base, world.rank)), fp)
         label = f"collective #{seq} ({fp['op']}) of this cell"
         # --timeout counts only for members not at work in the body: one still computing is waited for while
         # it lives (it may be minutes from its collective); one that finished without it is named at once.
         world.barrier(base, self.timeout, label, on_tick=lambda: self._peer_finished(name, seq, fp, ranks),
                       members=ranks, working=lambda _, last: at_work(self.cell, last))
         who = ranks if ranks is not None else list(range(world.world_size))
-        texts = client.multi_get([world.key(f"{base}/{i}") for i in who])
+        texts = client.multi_get([world.key(keys.member(base, i)) for i in who])
         problems = differences({i: json.loads(t) for i, t in zip(who, texts, strict=True)})
         if problems:
             raise CollectiveMismatchError(
@@ -426,7 +427,7 @@ class Checker:
         for i in ranks if ranks is not None else range(world.world_size):
             if i == world.rank:
                 continue
-            done = world.client.get_json_if(world.key(f"{self.cell}/out/{i}"))
+            done = world.client.get_json_if(world.key(keys.out(self.cell, i)))
             if done is not None and (done.get("collectives") or {}).get(name, 0) < seq:
                 if done.get("error") is not None:
                     # It failed: a rank publishes its failure before its output, so this tick's earlier read of
@@ -442,7 +443,7 @@ class Checker:
 def at_work(cell: str, last: dict[str, Any]) -> bool:
     """Whether a rank's last note says it is still at work in ``cell``'s body: running it (inside a collective
     or not), or waiting in it for a collective's comparison."""
-    return last.get("body") == cell or str(last.get("barrier", "")).startswith(f"{cell}/fp/")
+    return last.get("body") == cell or str(last.get("barrier", "")).startswith(keys.comparing(cell))
 
 
 def group_arg(params: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -488,7 +489,7 @@ def skipped_message(op: str, group: list[int] | None, outside: list[int], cell_r
 
 def raise_if_failed(world: World, cell: str) -> None:
     """on_tick helper: stop waiting when another rank already failed this cell."""
-    text = world.client.get_if(world.key(f"{cell}/failed"))
+    text = world.client.get_if(world.key(keys.failed(cell)))
     if text is not None:
         info = json.loads(text)
         if info.get("rank") != world.rank:

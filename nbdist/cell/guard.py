@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import StoreConnectionError
+from ..world import keys
 from ..world.store import StoreClient
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,9 @@ GUARD_INTERVAL = 0.2  # seconds between looks at the stop counter
 
 def request_stop(client: StoreClient, round_: int, by: str, session: str = "") -> int:
     """Ask every rank of world round ``round_`` to stop its running cell; returns the stop's number."""
-    n = client.add(f"r/{round_}/stops", 1)
-    client.set_json(f"r/{round_}/stop/{n}", {"message": f"stopped by {by}", "session": session, "t": time.time()})
+    n = client.add(keys.in_round(round_, keys.STOPS), 1)
+    client.set_json(keys.in_round(round_, keys.stop(n)),
+                    {"message": f"stopped by {by}", "session": session, "t": time.time()})
     return n
 
 
@@ -50,7 +52,7 @@ class Guard:
         self.cell_started = 0.0  # when it began, time.time() (set with ``running``)
         self._looked_at: int | None = None  # the cell that ran at the previous look, if any
         self._published: bool | None = None
-        self._seen = self._client.add(key("stops"), 0)  # stops from before this kernel joined are not for it
+        self._seen = self._client.add(key(keys.STOPS), 0)  # stops from before this kernel joined are not for it
         self._halt = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nbdist-guard", daemon=True)
         if start:  # without: the caller looks itself (tests)
@@ -69,12 +71,12 @@ class Guard:
     def _look(self) -> None:
         running, cell, started = self.running, self.cell, self.cell_started
         if running != self._published:
-            self._client.set_json(self._key(f"busy/{self._rank}"), {"busy": running, "t": time.time()})
+            self._client.set_json(self._key(keys.busy(self._rank)), {"busy": running, "t": time.time()})
             self._published = running
         seen_running = running and self._looked_at == cell  # this cell ran at the previous look too
-        n = self._client.add(self._key("stops"), 0)
+        n = self._client.add(self._key(keys.STOPS), 0)
         while self._seen < n:
-            info = self._client.get_json_if(self._key(f"stop/{self._seen + 1}"))
+            info = self._client.get_json_if(self._key(keys.stop(self._seen + 1)))
             if info is None:
                 return  # counted, not yet described: look again next time (this cell counts as seen then)
             self._seen += 1

@@ -26,6 +26,7 @@ from ..errors import NbdistError
 from ..view.celltable import cell_table
 from ..view.shrink import fit
 from ..view.tracebacks import is_cell
+from ..world import keys
 from ..world.world import World
 from .outputlog import OutputLog
 
@@ -91,7 +92,7 @@ class LiveTable:
         self._shown = ""
 
     def _key(self, rank: int) -> str:
-        return self.world.key(f"{self.cell}/live/{rank}")
+        return self.world.key(keys.live(self.cell, rank))
 
     def finish(self, capture: dict[str, Any]) -> None:
         """The body ended on this rank: say so at once, if the others may be watching."""

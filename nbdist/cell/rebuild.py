@@ -21,6 +21,7 @@ from ..backend import envplan
 from ..backend.procgroup import ProcessGroup, destroy_default
 from ..config import TIMEOUTS
 from ..errors import CollectiveMismatchError, InitProcessGroupError, PeerFailedError
+from ..world import keys
 from ..world.store import run_in_thread
 from ..world.world import World, step_name
 from . import cells
@@ -59,7 +60,7 @@ def build(session: Any, tag: str, step: int | None = None, also: Callable[[], No
         return ProcessGroup(session.choice.backend, store, prefix, world.rank, world.world_size, session.pg_timeout)
 
     def watch() -> None:
-        failed = None if step is None else world.client.get_json_if(world.key(f"{step_name(step)}/failed"))
+        failed = None if step is None else world.client.get_json_if(world.key(keys.failed(step_name(step))))
         if isinstance(failed, dict) and failed.get("rank") != world.rank:
             why = failed.get("message", "a rank failed")
             raise PeerFailedError(f"rebuilding the process group (step #{step}): {why}; run the next cell on every "
@@ -150,13 +151,13 @@ def restore(session: Any) -> str | None:
     assert n is not None, "a body runs at its step"
     checker.builds += 1
     k = checker.builds
-    mine = f"{step_name(n)}/init/{k}"
-    world.client.set(world.key(f"{mine}/{world.rank}"), "1")
+    mine = keys.init_build(step_name(n), k)
+    world.client.set(world.key(keys.member(mine, world.rank)), "1")
 
     def finished_without() -> None:  # a rank that ended its body without this call would leave this one waiting
         for i in range(world.world_size):
-            if (i != world.rank and world.client.check([world.key(f"{step_name(n)}/out/{i}")])
-                    and not world.client.check([world.key(f"{mine}/{i}")])):
+            if (i != world.rank and world.client.check([world.key(keys.out(step_name(n), i))])
+                    and not world.client.check([world.key(keys.member(mine, i))])):
                 raise CollectiveMismatchError(
                     f"{world.describe(i)} finished this cell without building the process group again "
                     f"(init_process_group #{k} after destroy_process_group), which {world.describe(world.rank)} "
@@ -181,9 +182,9 @@ class _Announcement:
         if self.said or time.monotonic() - self.since < self.AFTER:
             return
         self.said = True
-        name = f"{step_name(self.step)}/in"
+        name = keys.arrival(self.step)
         waiting = [f"{self.world.describe(i)} ({self.world.doing(i)})" for i in range(self.world.world_size)
                    if i != self.world.rank
-                   and (self.world.client.get_json_if(self.world.key(f"last/{i}")) or {}).get("barrier") != name]
+                   and (self.world.client.get_json_if(self.world.key(keys.last(i))) or {}).get("barrier") != name]
         print(f"{self.what}; waiting for {'; '.join(waiting) or 'the others'}. The stop button ends the wait.",
               file=sys.stderr, flush=True)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CellMismatchError, PeerFailedError, StoreConnectionError
+from ..world import keys
 from ..world.verdict import Verdict
 from ..world.world import BarrierRefused, StoppedAfterOpen, World, step_name
 from .watch import publish_failure
@@ -264,7 +265,7 @@ def close(world: World, step: int, reason: str, interrupted: bool = False, body:
         info["unstarted"] = body_digest(body)
     publish_failure(world.client, world, cell, info)
     world.close_step(step, reason)
-    world.close_barrier(f"{cell}/out", reason)
+    world.close_barrier(keys.ending(cell), reason)
 
 
 def abandon(world: World, reason: str, interrupted: bool = False, body: str | None = None) -> None:
@@ -286,10 +287,10 @@ def refuse_if_peer_did_not_start(world: World, n: int, source: str) -> None:
     if world.last_turn is None or n - 1 <= world.last_turn:
         return
     cell = step_name(n - 1)
-    info = world.client.get_json_if(world.key(f"{cell}/failed"))
+    info = world.client.get_json_if(world.key(keys.failed(cell)))
     if not info or info.get("rank") == world.rank or info.get("unstarted") != body_digest(source):
         return
-    if world.client.get_if(world.key(f"{step_name(n)}/in/n")) not in (None, "0"):
+    if world.client.get_if(world.key(keys.arrivals(keys.arrival(n)))) not in (None, "0"):
         return
     label = f"%dist_barrier #{n - 1}" if source == BARRIER else f"%%collective #{n - 1} (start)"
     world.last_turn = n - 1  # told once: its next cell meets the others at ``n``, however soon it runs

@@ -35,6 +35,7 @@ from typing import Any
 
 from ..config import POLL_INTERVAL
 from ..errors import MaxTimeError, NbdistError, PeerLostError, StoppedError, StoreConnectionError
+from ..world import keys
 from ..world.store import StoreClient
 from ..world.world import World
 from .fingerprint import Checker
@@ -53,29 +54,28 @@ _COLLECTIVE_CODE = tuple(os.path.join("torch", part, "") for part in ("distribut
 
 def publish_failure(client: StoreClient, world: World, cell: str, info: dict[str, Any]) -> dict[str, Any]:
     """Record the first failure of a cell (first one wins); returns the one that won."""
-    first: dict[str, Any] = json.loads(client.compare_set(world.key(f"{cell}/failed"), "", json.dumps(info)))
+    first: dict[str, Any] = json.loads(client.compare_set(world.key(keys.failed(cell)), "", json.dumps(info)))
     return first
 
 
-PLAIN_FAILED = "plain/failed"  # how many plain cells ended with an error during their collectives; then each one
 
 
 def plain_failures(client: StoreClient, world: World) -> int:
     """How many plain cells of this world's ranks ended early during their collectives so far."""
-    return client.add(world.key(f"{PLAIN_FAILED}_n"), 0)
+    return client.add(world.key(keys.PLAIN_FAILED_N), 0)
 
 
 def publish_plain_failure(client: StoreClient, world: World, message: str) -> None:
     """This rank's plain cell ended early during its collectives: the others' plain cells must not wait for it."""
-    n = client.add(world.key(f"{PLAIN_FAILED}_n"), 1)
-    client.set_json(world.key(f"{PLAIN_FAILED}/{n}"), {"rank": world.rank, "kind": "error", "message": message})
+    n = client.add(world.key(keys.PLAIN_FAILED_N), 1)
+    client.set_json(world.key(keys.plain_failed(n)), {"rank": world.rank, "kind": "error", "message": message})
 
 
 def plain_failure(client: StoreClient, world: World, since: int) -> dict[str, Any] | None:
     """Another rank's plain-cell failure published after the first ``since``, if any."""
     n = plain_failures(client, world)
     for i in range(n, since, -1):
-        info: dict[str, Any] | None = client.get_json_if(world.key(f"{PLAIN_FAILED}/{i}"))
+        info: dict[str, Any] | None = client.get_json_if(world.key(keys.plain_failed(i)))
         if info is not None and info.get("rank") != world.rank:
             return info
     return None
@@ -137,7 +137,7 @@ class CellWatch:
         os.close(self._write_fd)
 
     def _run(self) -> None:
-        failed_key = self.world.key(f"{self.cell}/failed")
+        failed_key = self.world.key(keys.failed(self.cell))
         while not self._stop.is_set():
             ready, _, _ = select.select([self._read_fd], [], [], POLL_INTERVAL)
             if ready:
@@ -250,7 +250,7 @@ class CellWatch:
     def _note(self, record: dict[str, Any]) -> None:
         body = {} if self.plain else {"body": self.cell}
         try:
-            self.client.set_json(self.world.key(f"last/{self.world.rank}"), {**record, "t": time.time(), **body})
+            self.client.set_json(self.world.key(keys.last(self.world.rank)), {**record, "t": time.time(), **body})
         except StoreConnectionError as exc:
             log.info("could not note the collective: %s", exc)
 

@@ -29,10 +29,10 @@ from typing import Any
 
 from ..cell import cells
 from ..errors import DriveError, JoinError, NbdistError, StoreConnectionError, WorldChangedError
-from ..world import signing
+from ..world import keys, signing
 from ..world.world import UNBOUNDED, World, step_name
 
-CLAIM, SEQ, FOLLOWERS, REFUSED = "drive/claim", "drive/seq", "drive/followers", "drive/refused"
+CLAIM, SEQ, FOLLOWERS, REFUSED = keys.DRIVE_CLAIM, keys.DRIVE_SEQ, keys.DRIVE_FOLLOWERS, keys.DRIVE_REFUSED
 PUBLISH_GRACE = 2.0  # seconds a numbered message may take to be written (it takes milliseconds)
 DRIVER_CHECK = 1.0  # seconds between a follower's looks at whether its driver lives
 
@@ -71,7 +71,7 @@ def _alive(world: World, who: dict[str, Any]) -> bool:
     rank = who.get("rank", -1)
     if not 0 <= rank < len(world.ranks) or world.ranks[rank].get("session") != who.get("session"):
         return False
-    beat = world.client.get_json_if(f"hb/{who['session']}") or {}
+    beat = world.client.get_json_if(keys.heartbeat(who["session"])) or {}
     return not beat.get("gone")
 
 
@@ -137,7 +137,7 @@ class Drive:
         cell = signing.sign(key, {"round": world.round, "seq": seq, "driver": world.rank, "session": self.session,
                                   "kind": kind, "source": source, "flags": flags or {}, "gen": world.gen,
                                   "number": step, "t": time.time()})
-        world.client.set(world.key(f"drive/{seq}"), json.dumps(cell))
+        world.client.set(world.key(keys.drive(seq)), json.dumps(cell))
         return seq
 
     def _refused(self, world: World) -> None:
@@ -163,7 +163,7 @@ class Drive:
 
 def following(world: World) -> list[int]:
     """The ranks that follow now (from their ``follow/<rank>`` keys)."""
-    return [i for i in range(world.world_size) if world.client.get_if(world.key(f"follow/{i}"))]
+    return [i for i in range(world.world_size) if world.client.get_if(world.key(keys.follow(i)))]
 
 
 @dataclass
@@ -191,7 +191,7 @@ class Follower:
 
     def __enter__(self) -> Follower:
         world = self.world
-        world.client.set(world.key(f"follow/{world.rank}"), self.session)
+        world.client.set(world.key(keys.follow(world.rank)), self.session)
         world.client.add(world.key(FOLLOWERS), 1)
         return self
 
@@ -199,7 +199,7 @@ class Follower:
         world = self.world
         try:
             world.client.add(world.key(FOLLOWERS), -1)
-            world.client.set(world.key(f"follow/{world.rank}"), "")
+            world.client.set(world.key(keys.follow(world.rank)), "")
         except NbdistError:  # the server is gone: nobody to tell
             return
 
@@ -219,14 +219,14 @@ class Follower:
         if cell.get("kind") in ("collective", "barrier") and numbered and not signing.verify(
                 self._key, cell, round_=world.round, seq=last, driver=driver):
             # check, not get_if: a compare-and-set on the missing key would wake the driver's wait on it.
-            started = world.client.check([world.key(f"{step_name(cell['number'])}/in/state")])
+            started = world.client.check([world.key(keys.state(keys.arrival(cell["number"])))])
             if not started and time.time() - float(cell.get("t") or 0) < 600:
                 return last
         return last + 1
 
     def _published(self, seq: int) -> str | None:
         """Message ``seq``, given a moment to appear: the driver numbers it (add), then signs and writes it."""
-        key = self.world.key(f"drive/{seq}")
+        key = self.world.key(keys.drive(seq))
         deadline = time.monotonic() + PUBLISH_GRACE
         # check, not get_if: a compare-and-set on the missing key would wake the waits on it.
         while not self.world.client.check([key]):
@@ -238,7 +238,7 @@ class Follower:
     def next(self) -> Followed:
         """Wait for the next message (the stop button ends the wait); raise :class:`FollowEnded` or refuse."""
         world = self.world
-        key = world.key(f"drive/{self.seq}")
+        key = world.key(keys.drive(self.seq))
         text = None
         while text is None:  # None: woken by another client's read of the missing key (see World._wait_open)
             world.client.wait([key], UNBOUNDED, on_tick=self._tick)
@@ -282,7 +282,7 @@ class Follower:
         number = cell.get("number")
         if isinstance(number, int) and number > 0:
             world.close_step(number, f"refused the cell: {why}")
-            world.close_barrier(f"{step_name(number)}/out", f"refused the cell: {why}")
+            world.close_barrier(keys.ending(step_name(number)), f"refused the cell: {why}")
         raise signing.SigningError(
             f"nbdist refused message #{self.seq} (sent as from rank {claimed}): {why}. Nothing of it ran; this "
             "notebook stopped following and stays in the world")

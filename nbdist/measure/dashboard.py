@@ -33,6 +33,7 @@ from ..errors import NbdistError, StoreConnectionError
 from ..view.display import CELL_STYLE, DIFF_STYLE, GROUP_ABOVE, TABLE_STYLE
 from ..view.numbers import fold_alike
 from ..view.ranksets import fold
+from ..world import keys
 from ..world.pulse import BUSY_AFTER
 from ..world.store import StoreClient
 from ..world.world import DEAD_AFTER, World
@@ -148,7 +149,7 @@ def cell_of(last: dict[str, Any] | None) -> str | None:
         if match:
             return match[1]
     number = last.get("cell")
-    return f"t/{number}" if isinstance(number, int) else None
+    return keys.step(number) if isinstance(number, int) else None
 
 
 def previous_cell(cell: str) -> str | None:
@@ -156,7 +157,7 @@ def previous_cell(cell: str) -> str | None:
     match = _CELL_NUMBER.match(cell)
     if match is None or int(match[1]) <= 1:
         return None
-    return f"t/{int(match[1]) - 1}"
+    return keys.step(int(match[1]) - 1)
 
 
 def failure_text(failure: dict[str, Any], cell: str, describe: str) -> str:
@@ -212,7 +213,7 @@ class Reader:
 
     def _failure(self, cell: str) -> dict[str, Any] | None:
         if cell not in self._failures:
-            key = self.world.key(f"{cell}/failed")
+            key = self.world.key(keys.failed(cell))
             # check() first: a read of a missing key through compare_set would wake the waits on it.
             failure = self.client.get_json_if(key) if self.client.check([key]) else None
             if failure is None:
@@ -246,14 +247,14 @@ class Reader:
         """Every rank's records, and the last failure of the world that no one rank caused (a stop, a lost rank)."""
         world, client = self.world, self.client
         ranks = list(world.ranks)
-        lasts = [client.get_json_if(world.key(f"last/{i}")) for i in range(len(ranks))]
+        lasts = [client.get_json_if(world.key(keys.last(i))) for i in range(len(ranks))]
         errors, stop = self.errors(lasts)
         seen = []
         for i, info in enumerate(ranks):
             seen.append(Seen(
-                info=info, left=client.check([world.key(f"left/{i}")]),
-                beat=client.get_json_if(f"hb/{info['session']}"), last=lasts[i],
-                busy=client.get_json_if(world.key(f"busy/{i}")), error=errors.get(i, ""),
+                info=info, left=client.check([world.key(keys.left(i))]),
+                beat=client.get_json_if(keys.heartbeat(info["session"])), last=lasts[i],
+                busy=client.get_json_if(world.key(keys.busy(i))), error=errors.get(i, ""),
             ))
         return seen, stop
 

@@ -8,6 +8,7 @@ import time
 
 from ..config import HEARTBEAT_INTERVAL
 from ..errors import StoreConnectionError
+from . import keys
 from .pulse import Pulse
 from .store import StoreClient
 
@@ -24,7 +25,7 @@ class Heartbeat:
     """
 
     def __init__(self, client: StoreClient, session: str, rank: int) -> None:
-        self._client, self._key, self._rank = client, f"hb/{session}", rank
+        self._client, self._key, self._rank = client, keys.heartbeat(session), rank
         self._stop = threading.Event()
         self.pulse: Pulse | None = None
         try:

@@ -4,17 +4,7 @@ A world is formed in numbered *rounds*. Each rank claims its slot in the
 current round; the round is ready when every slot is claimed. Re-running
 ``%%dist_init`` in a formed world opens the next round, and the others follow
 when they re-run theirs; a rank still in the old round learns it at its next
-wait. Store layout (under ``nbdist/``)::
-
-    round                   current round number
-    r/<r>/size              world size of the round (first joiner sets it)
-    r/<r>/rank/<i>          JSON registration of rank i
-    r/<r>/count, ready      slots claimed; set once all are
-    r/<r>/error             JSON: a reason every rank of the round must fail
-    r/<r>/last/<i>          JSON: what rank i did last
-    r/<r>/left/<i>, left_n  JSON: rank i left the world; how many left
-    hb/<session>            heartbeat counter of one kernel's session
-    r/<r>/<barrier>/...     barriers (see :meth:`World.barrier`)
+wait. The store's keys: :mod:`nbdist.world.keys`.
 """
 
 from __future__ import annotations
@@ -27,6 +17,7 @@ from typing import Any
 
 from ..config import POLL_INTERVAL
 from ..errors import JoinError, WaitTimeout, WorldChangedError
+from . import keys
 from .store import StoreClient
 from .world import World, current_round
 
@@ -58,12 +49,12 @@ def join(
     deadline = started + timeout
     while True:
         r = current_round(client)
-        ready = client.check([f"r/{r}/ready"])
-        size = client.compare_set(f"r/{r}/size", "", str(world_size))
+        ready = client.check([keys.in_round(r, keys.READY)])
+        size = client.compare_set(keys.in_round(r, keys.SIZE), "", str(world_size))
         nonce = uuid.uuid4().hex
         mine = json.dumps({**me, "nonce": nonce})
         if ready:
-            holder_text = client.get_if(f"r/{r}/rank/{rank}")
+            holder_text = client.get_if(keys.in_round(r, keys.rank(rank)))
             holder = json.loads(holder_text) if holder_text else None
             if holder_text and holder and holder["session"] != session:
                 if is_alive(client, holder["session"]):
@@ -76,8 +67,8 @@ def join(
             # A formed world re-initialised by one of its ranks: open the next round.
             _advance(client, r)
             continue
-        claim_text = client.compare_set(f"r/{r}/rank/{rank}", "", mine)
-        if client.check([f"r/{r}/error"]):
+        claim_text = client.compare_set(keys.in_round(r, keys.rank(rank)), "", mine)
+        if client.check([keys.in_round(r, keys.ERROR)]):
             _advance(client, r)  # a failed attempt; start afresh
             continue
         if int(size) != world_size:
@@ -89,17 +80,17 @@ def join(
                 f"{world_size}, but the world being formed has {size}; use the same "
                 "--world-size in every notebook"
             )
-            client.compare_set(f"r/{r}/error", "", json.dumps({"message": message}))
+            client.compare_set(keys.in_round(r, keys.ERROR), "", json.dumps({"message": message}))
             raise JoinError(message)
         claim = json.loads(claim_text)
         if claim.get("nonce") == nonce:
-            client.add(f"r/{r}/count", 1)
-            client.append(f"r/{r}/joined", f"{rank},")
+            client.add(keys.in_round(r, keys.COUNT), 1)
+            client.append(keys.in_round(r, keys.JOINED), f"{rank},")
         elif claim["session"] == session:
-            client.set(f"r/{r}/rank/{rank}", mine)  # our own earlier, interrupted attempt
+            client.set(keys.in_round(r, keys.rank(rank)), mine)  # our own earlier, interrupted attempt
         elif is_alive(client, claim["session"]):
             raise _duplicate(rank, claim)
-        elif client.compare_set(f"r/{r}/rank/{rank}", claim_text, mine) != mine:
+        elif client.compare_set(keys.in_round(r, keys.rank(rank)), claim_text, mine) != mine:
             continue  # someone else replaced the stale claim first; look again
         break
     world = World(client, r, rank, world_size, me)
@@ -109,7 +100,8 @@ def join(
     except BaseException:
         _withdraw(client, r, rank, session)  # an interrupted or failed join must not count
         raise
-    world.ranks = [json.loads(t) for t in client.multi_get([f"r/{r}/rank/{i}" for i in range(world_size)])]
+    registrations = [keys.in_round(r, keys.rank(i)) for i in range(world_size)]
+    world.ranks = [json.loads(t) for t in client.multi_get(registrations)]
     if on_status is not None:
         on_status(_join_status(client, r, world_size, time.monotonic() - started, world.ranks))
     return world
@@ -125,7 +117,7 @@ def _replace(
     took the slot first.
     """
     mine = json.dumps({**me, "nonce": uuid.uuid4().hex})
-    if client.compare_set(f"r/{r}/rank/{rank}", holder_text, mine) != mine:
+    if client.compare_set(keys.in_round(r, keys.rank(rank)), holder_text, mine) != mine:
         return None
     world = World(client, r, rank, world_size, me)
     world.bump_generation(world.store_generation())
@@ -146,14 +138,14 @@ def _wait_until_formed(
     r, world_size = world.round, world.world_size
     last_status = 0.0
     while True:
-        error = client.get_json_if(f"r/{r}/error")
+        error = client.get_json_if(keys.in_round(r, keys.ERROR))
         if error is not None:
             raise JoinError(error["message"])
         if current_round(client) != r:
             raise WorldChangedError("the world was re-formed while this rank was joining: run %%dist_init again")
-        count = client.add(f"r/{r}/count", 0)
+        count = client.add(keys.in_round(r, keys.COUNT), 0)
         if count >= world_size:
-            client.set(f"r/{r}/ready", "1")
+            client.set(keys.in_round(r, keys.READY), "1")
             break
         now = time.monotonic()
         if on_status is not None and now - last_status >= 0.5:
@@ -171,18 +163,18 @@ def _wait_until_formed(
 
 def _withdraw(client: StoreClient, r: int, rank: int, session: str) -> None:
     """Give back this session's slot in a round that has not formed."""
-    if client.check([f"r/{r}/ready"]):
+    if client.check([keys.in_round(r, keys.READY)]):
         return
-    key = f"r/{r}/rank/{rank}"
+    key = keys.in_round(r, keys.rank(rank))
     current = client.get_if(key)
     if current and json.loads(current)["session"] == session:
         if client.compare_set(key, current, "") == "":
-            client.add(f"r/{r}/count", -1)
+            client.add(keys.in_round(r, keys.COUNT), -1)
 
 
 def _advance(client: StoreClient, r: int) -> None:
     """Open round r+1 unless another rank already did."""
-    client.compare_set("round", str(r) if r else "", str(r + 1))
+    client.compare_set(keys.ROUND, str(r) if r else "", str(r + 1))
 
 
 def _claimants(client: StoreClient, r: int, exclude: str) -> list[str]:
@@ -198,14 +190,14 @@ def any_alive(client: StoreClient, sessions: list[str], window: float = 2.5) -> 
 def alive_sessions(client: StoreClient, sessions: list[str], window: float = 2.5,
                    first_only: bool = False) -> set[str]:
     """The sessions whose heartbeats move within ``window`` seconds (and do not say "gone")."""
-    first = {s: client.get_json_if(f"hb/{s}") for s in sessions}
+    first = {s: client.get_json_if(keys.heartbeat(s)) for s in sessions}
     pending = [s for s in sessions if not (first[s] or {}).get("gone")]  # its pulse saw the kernel end
     alive: set[str] = set()
     deadline = time.monotonic() + window
     while pending and time.monotonic() < deadline:
         time.sleep(POLL_INTERVAL)
         for s in list(pending):
-            now = client.get_json_if(f"hb/{s}")
+            now = client.get_json_if(keys.heartbeat(s))
             if now is None or now.get("gone"):
                 continue
             if first[s] is None or now.get("n") != first[s].get("n"):
@@ -220,7 +212,7 @@ def live_peers(client: StoreClient, session: str) -> list[dict[str, Any]]:
     """Registrations of the current round held by other live sessions that have not left."""
     r = current_round(client)
     claims = {i: info for i, info in _joined(client, r).items()
-              if info["session"] != session and not client.check([f"r/{r}/left/{i}"])}
+              if info["session"] != session and not client.check([keys.in_round(r, keys.left(i))])}
     alive = alive_sessions(client, [info["session"] for info in claims.values()])
     return [info for info in claims.values() if info["session"] in alive]
 
@@ -235,9 +227,9 @@ def _duplicate(rank: int, holder: dict[str, Any]) -> JoinError:
 
 def _joined(client: StoreClient, r: int) -> dict[int, dict[str, Any]]:
     """Registrations of the ranks that have claimed a slot in round ``r``."""
-    text = client.get_if(f"r/{r}/joined") or ""
+    text = client.get_if(keys.in_round(r, keys.JOINED)) or ""
     present = sorted({int(x) for x in text.split(",") if x.strip().isdigit()})
-    texts = {i: client.get(f"r/{r}/rank/{i}") for i in present}
+    texts = {i: client.get(keys.in_round(r, keys.rank(i))) for i in present}
     return {i: json.loads(t) for i, t in texts.items() if t}  # "" = a withdrawn slot
 
 

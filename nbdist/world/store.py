@@ -29,7 +29,7 @@ from typing import Any
 from .._version import __version__
 from ..config import FUZZ_VARIABLE, POLL_INTERVAL, TIMEOUTS, StoreFuzz, store_fuzz
 from ..errors import NotNbdistServerError, StoreConnectionError, WaitTimeout
-from . import auth, signing
+from . import auth, keys, signing
 
 OP_TIMEOUT = 10.0  # seconds a single store operation may take before the server counts as unreachable
 
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 PREFIX = "nbdist/"
 _ABSENT = "\x00nbdist:absent"  # never a stored value: nbdist stores JSON and plain text
-MARKER_KEY = PREFIX + "server"
+MARKER_KEY = PREFIX + keys.SERVER
 
 
 def probe(host: str, port: int, timeout: float = 1.0) -> str:
@@ -444,7 +444,7 @@ def verify(client: StoreClient, grace: float = 2.0) -> dict[str, Any]:
     """Check that the server is nbdist's (its marker key); returns the marker."""
     deadline = time.monotonic() + grace
     while True:
-        text = client.get_if("server")
+        text = client.get_if(keys.SERVER)
         if text is not None:
             try:
                 marker: dict[str, Any] = json.loads(text)

@@ -26,19 +26,20 @@ from typing import Any
 
 from ..config import HEARTBEAT_INTERVAL, POLL_INTERVAL
 from ..errors import JoinError, PeerFailedError, PeerLostError, StoreConnectionError, WaitTimeout, WorldChangedError
+from . import keys
 from . import verdict as verdicts
 from .pulse import judge
 from .store import StoreClient
 from .verdict import Verdict
 
-TURN = "turn"  # the last step the world took (see the module docstring)
+TURN = keys.TURN  # the last step the world took (see the module docstring)
 DEAD_AFTER = 5 * HEARTBEAT_INTERVAL  # seconds without a heartbeat before a rank counts as gone
 WORKING_RECHECK = 1.0  # seconds between looks at whether the ranks a barrier waits for are still at work
 UNBOUNDED = 10.0**7  # seconds: a wait whose deadline its tick keeps
 
 
 def current_round(client: StoreClient) -> int:
-    text = client.get_if("round")
+    text = client.get_if(keys.ROUND)
     return int(text) if text else 0
 
 
@@ -87,7 +88,7 @@ class PeerTracker:
         now = time.monotonic()
         gone = []
         for i, session in self._peers.items():
-            beat = client.get_json_if(f"hb/{session}")
+            beat = client.get_json_if(keys.heartbeat(session))
             n = None if beat is None else beat.get("n")
             last_n, since = self._seen.get(i, (n, now))
             if n != last_n or i not in self._seen:
@@ -122,7 +123,8 @@ class World:
     _tracker: PeerTracker | None = None
 
     def key(self, name: str) -> str:
-        return f"r/{self.round}/{name}"
+        """``name`` (built by :mod:`nbdist.world.keys`) in this world's round."""
+        return keys.in_round(self.round, name)
 
     def describe(self, i: int) -> str:
         info = self.ranks[i] if i < len(self.ranks) else {}
@@ -130,17 +132,17 @@ class World:
 
     # --- generations -----------------------------------------------------
     def store_generation(self) -> int:
-        return bump_generation(self.client, self.key("gen"), None)
+        return bump_generation(self.client, self.key(keys.GEN), None)
 
     def bump_generation(self, seen: int) -> None:
         """Ask every rank to rebuild the process group at its next cell (once per failure)."""
-        bump_generation(self.client, self.key("gen"), seen)
+        bump_generation(self.client, self.key(keys.GEN), seen)
 
     def enter_generation(self, gen: int) -> None:
         """Take ``gen`` as this world's generation and re-read the registrations (a rank may have been replaced)."""
         self.gen = gen
-        keys = [self.key(f"rank/{i}") for i in range(self.world_size)]
-        self.ranks = [json.loads(t) for t in self.client.multi_get(keys)]
+        names = [self.key(keys.rank(i)) for i in range(self.world_size)]
+        self.ranks = [json.loads(t) for t in self.client.multi_get(names)]
         self._tracker = None
 
     # --- steps in lockstep ------------------------------------------------
@@ -155,14 +157,14 @@ class World:
     def close_step(self, n: int, reason: str) -> Verdict | None:
         """Close step ``n``'s meeting with this rank's reason (whether or not it got there); returns its verdict."""
         self.take_turn(n)
-        return self.close_barrier(f"{step_name(n)}/in", reason)
+        return self.close_barrier(keys.arrival(n), reason)
 
     def missed(self, n: int) -> str | None:
         """What the steps between this rank's last one and ``n`` were, if it missed any (they were closed)."""
         if self.last_turn is None or n <= self.last_turn + 1:
             return None
         first, last = self.last_turn + 1, n - 1
-        decided = verdicts.decode(self.client.get_if(self.key(f"{step_name(last)}/in/state")))
+        decided = verdicts.decode(self.client.get_if(self.key(keys.state(keys.arrival(last)))))
         why = decided.encode() if decided is not None else "closed"
         steps = f"step #{first}" if first == last else f"steps #{first}-#{last}"
         return (f"{steps} went by without this rank (the last: {why}); it meets the others at step #{n}, which "
@@ -189,11 +191,11 @@ class World:
         if missed is not None and on_missed is not None:
             on_missed(missed)
         self.last_turn = n
-        self.client.set_json(self.key(f"{name}/src/{self.rank}"), {**record, "kind": kind, "label": label})
+        self.client.set_json(self.key(keys.record(name, self.rank)), {**record, "kind": kind, "label": label})
 
         def decide() -> Verdict:
-            keys = [self.key(f"{name}/src/{i}") for i in range(self.world_size)]
-            records = [json.loads(t) for t in self.client.multi_get(keys)]
+            names = [self.key(keys.record(name, i)) for i in range(self.world_size)]
+            records = [json.loads(t) for t in self.client.multi_get(names)]
             if len({rec["kind"] for rec in records}) > 1:
                 steps: dict[str, list[int]] = {}
                 for i, rec in enumerate(records):
@@ -205,12 +207,12 @@ class World:
 
         if on_arrive is not None:
             on_arrive()  # this rank is counted in next: what raises here leaves the meeting as it was
-        return self.barrier(f"{name}/in", timeout, label, on_tick=on_tick, verdict=decide, working=working, turn=n)
+        return self.barrier(keys.arrival(n), timeout, label, on_tick=on_tick, verdict=decide, working=working, turn=n)
 
     # --- activity and health ----------------------------------------------
     def note(self, what: str, **extra: Any) -> None:
         """Record what this rank is doing, for other ranks' timeouts and status."""
-        self.client.set_json(self.key(f"last/{self.rank}"), {"what": what, "t": time.time(), **extra})
+        self.client.set_json(self.key(keys.last(self.rank)), {"what": what, "t": time.time(), **extra})
 
     def last(self, rank: int) -> dict[str, Any]:
         """What ``rank`` last recorded; a wait at a barrier that has opened since reads as passed it.
@@ -218,9 +220,9 @@ class World:
         A rank records its next activity only once it runs again, so right after a cell the
         slowest rank's record may still say it waits at the cell's end, which is over.
         """
-        last = self.client.get_json_if(self.key(f"last/{rank}")) or {}
+        last = self.client.get_json_if(self.key(keys.last(rank))) or {}
         name, then = last.get("barrier"), last.get("then")
-        decided = verdicts.decode(self.client.get_if(f"{self.key(name)}/state")) if name and then else None
+        decided = verdicts.decode(self.client.get_if(self.key(keys.state(name)))) if name and then else None
         if decided is not None and decided.opened:
             return {**last, "what": then}
         return last
@@ -237,11 +239,11 @@ class World:
                 f"another notebook re-ran %%dist_init (world round {latest}, this notebook "
                 f"is in round {self.round}): re-run %%dist_init here to rejoin"
             )
-        error = self.client.get_json_if(self.key("error"))
+        error = self.client.get_json_if(self.key(keys.ERROR))
         if error is not None:
             raise JoinError(error["message"])
-        if self.client.add(self.key("left_n"), 0) > 0:
-            gone = [i for i in range(self.world_size) if self.client.check([self.key(f"left/{i}")])]
+        if self.client.add(self.key(keys.LEFT_N), 0) > 0:
+            gone = [i for i in range(self.world_size) if self.client.check([self.key(keys.left(i))])]
             names = ", ".join(self.describe(i) for i in gone)
             raise WorldChangedError(
                 f"{names} left the world (%dist_destroy or a closed notebook): re-run %%dist_init "
@@ -300,11 +302,12 @@ class World:
         base = self.key(name)
         expected = self.world_size if members is None else len(members)
         try:
-            if self.client.add(f"{base}/n", 1) >= expected:  # the last to arrive opens it: nobody waits for its note
+            # The last to arrive opens it: nobody waits for its note.
+            if self.client.add(keys.arrivals(base), 1) >= expected:
                 decided = verdict() if verdict is not None else verdicts.GO
                 if turn is not None:
                     self.take_turn(turn)
-                state = verdicts.decode(self.client.compare_set(f"{base}/state", "", decided.encode()))
+                state = verdicts.decode(self.client.compare_set(keys.state(base), "", decided.encode()))
             else:
                 self.note(f"waiting at {label}", barrier=name, then=then or f"passed {label}",
                           **({} if turn is None else {"turn": turn}))
@@ -350,8 +353,8 @@ class World:
             while True:
                 # With ``working``, the deadline is the tick's to keep: it moves while the missing ranks work.
                 left = max(POLL_INTERVAL, ends - time.monotonic()) if working is None else UNBOUNDED
-                self.client.wait([f"{base}/state"], left, on_tick=tick)
-                state = verdicts.decode(self.client.get_if(f"{base}/state"))
+                self.client.wait([keys.state(base)], left, on_tick=tick)
+                state = verdicts.decode(self.client.get_if(keys.state(base)))
                 if state is not None:
                     return state
                 # Woken with nothing set: torch's TCPStore also wakes a wait when another client's
@@ -375,7 +378,8 @@ class World:
         try:
             if turn is not None:
                 self.take_turn(turn)
-            return verdicts.decode(self.client.compare_set(f"{base}/state", "", f"{self.describe(self.rank)} {reason}"))
+            closed = f"{self.describe(self.rank)} {reason}"
+            return verdicts.decode(self.client.compare_set(keys.state(base), "", closed))
         except StoreConnectionError:  # the store itself is gone: nobody to tell
             return None
 
@@ -393,7 +397,7 @@ class World:
     def _missing(self, name: str, members: list[int] | None) -> dict[int, dict[str, Any]]:
         """The last recorded activity of each rank that has not arrived at barrier ``name``."""
         ranks = [i for i in (range(self.world_size) if members is None else members) if i != self.rank]
-        lasts = {i: self.client.get_json_if(self.key(f"last/{i}")) or {} for i in ranks}
+        lasts = {i: self.client.get_json_if(self.key(keys.last(i))) or {} for i in ranks}
         return {i: last for i, last in lasts.items() if last.get("barrier") != name}
 
     def _missing_work(self, name: str, members: list[int] | None,
@@ -404,13 +408,13 @@ class World:
 
     def busy_elsewhere(self, i: int, last: dict[str, Any]) -> bool:
         """A ``working`` rule for barriers outside cells: rank ``i`` runs a cell, and waits at no barrier."""
-        busy = self.client.get_json_if(self.key(f"busy/{i}")) or {}
+        busy = self.client.get_json_if(self.key(keys.busy(i))) or {}
         return bool(busy.get("busy")) and "barrier" not in last
 
     def _who_is_missing(self, name: str, timeout: float, label: str, members: list[int] | None = None) -> str:
         missing = []
         for i in range(self.world_size) if members is None else members:
-            last = self.client.get_json_if(self.key(f"last/{i}")) or {}
+            last = self.client.get_json_if(self.key(keys.last(i))) or {}
             if last.get("barrier") == name:
                 continue
             missing.append(f"{self.describe(i)}; {self.doing(i, last)}")
@@ -419,8 +423,8 @@ class World:
 
     def doing(self, i: int, last: dict[str, Any] | None = None) -> str:
         """What rank ``i`` does now, in words, for the message of a wait that gives up on it."""
-        last = (self.client.get_json_if(self.key(f"last/{i}")) or {}) if last is None else last
-        busy = self.client.get_json_if(self.key(f"busy/{i}"))
+        last = (self.client.get_json_if(self.key(keys.last(i))) or {}) if last is None else last
+        busy = self.client.get_json_if(self.key(keys.busy(i)))
         state = ""
         if busy is not None and not busy.get("busy") and "barrier" not in last:
             state = f"idle since {time.strftime('%H:%M:%S', time.localtime(busy.get('t', time.time())))}; "
@@ -433,14 +437,14 @@ class World:
 
     def leave(self) -> None:
         """Tell the others this rank left (they see it in %dist_status)."""
-        self.client.set_json(self.key(f"left/{self.rank}"), {"t": time.time()})
-        self.client.add(self.key("left_n"), 1)
+        self.client.set_json(self.key(keys.left(self.rank)), {"t": time.time()})
+        self.client.add(self.key(keys.LEFT_N), 1)
         self.note("left the world")
 
 
 def step_name(n: int) -> str:
-    """The store name of step ``n``'s meeting (a cell's keys hang under it)."""
-    return f"t/{n}"
+    """The store name of step ``n`` (a cell's keys hang under it): :func:`nbdist.world.keys.step`."""
+    return keys.step(n)
 
 
 def _ranks_text(ranks: list[int]) -> str:

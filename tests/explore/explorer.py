@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from nbdist.world import keys
 from nbdist.world.store import Server, StoreClient, connect
 from nbdist.world.world import TURN, World
 
@@ -180,7 +181,7 @@ def execute(lab: Lab, scenario: Scenario, chooser: Recorder, bound: int | None =
     )
     worlds = [World(GatedClient(lab.clients[i], i, scheduler), k, i, n, infos[i], infos) for i in range(n)]
     for i, info in enumerate(infos):  # each rank's registration, which a rank re-reads when the world moves on
-        lab.control.set(worlds[0].key(f"rank/{i}"), json.dumps(info))
+        lab.control.set(worlds[0].key(keys.rank(i)), json.dumps(info))
     lab.control.add(worlds[0].key(TURN), 0)  # the world formed: each rank read turn() as it joined
     for world in worlds:
         world.last_turn = 0  # just joined: step 1 is this round's first
