@@ -2,7 +2,8 @@
 
 torch 2.13 records every process group's collectives, gloo's too, in a ring of
 the last ``TORCH_FR_BUFFER_SIZE`` (default 2000; 0 turns it off) per process,
-read with ``torch._C._distributed_c10d._dump_fr_trace_json``. A rank takes its
+read with ``torch._C._distributed_c10d._dump_fr_trace_json`` (and NCCL's with
+``_dump_nccl_trace_json``). A rank takes its
 dump (:func:`capture`) keeping only its live groups' entries: nbdist builds its
 group afresh at each rebuild, under the same name, whose collective numbers
 start again at 1, so only each group's latest run of entries counts (its
@@ -30,6 +31,9 @@ from ..view import ranksets
 log = logging.getLogger(__name__)
 
 KEEP = 64  # a group's latest entries a rank sends (the ring holds up to 2000)
+# torch's dumps: gloo's (and any backend's on CPU events), and NCCL's own recorder on a CUDA build (not tested
+# here: no GPU on this project's machines).
+DUMPS = ("_dump_fr_trace_json", "_dump_nccl_trace_json")
 
 
 def _live_groups() -> dict[str, dict[str, Any]]:
@@ -89,20 +93,28 @@ def capture() -> dict[str, Any]:
     groups = _live_groups()
     if not groups:
         return {"off": "no process group on this rank"}
-    dump_json = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json", None)  # noqa: SLF001
-    if dump_json is None:
+    c10d = torch._C._distributed_c10d  # noqa: SLF001
+    readers = [getattr(c10d, name) for name in DUMPS if hasattr(c10d, name)]
+    if not readers:
         return {"off": f"torch {torch.__version__} has no Flight Recorder dump"}
-    raw = dump_json(includeCollectives=True, onlyActive=False)
-    dump = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
     by_group: dict[str, list[dict[str, Any]]] = {}
-    for e in dump.get("entries") or []:
-        by_group.setdefault(str((e.get("process_group") or ["", ""])[0]), []).append(e)
+    version = ""
+    for read in readers:
+        try:
+            raw = read(includeCollectives=True, onlyActive=False)
+        except RuntimeError as exc:  # NCCL's recorder on a build or group that has none
+            log.debug("nbdist: %s: %s", getattr(read, "__name__", "a Flight Recorder dump"), exc)
+            continue
+        dump = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+        version = version or str(dump.get("version", ""))
+        for e in dump.get("entries") or []:
+            by_group.setdefault(str((e.get("process_group") or ["", ""])[0]), []).append(e)
     entries = []
     for name, info in groups.items():
         run = latest_run(by_group.get(name, []), info["seq"])[-KEEP:]
         entries += [{**{k: v for k, v in e.items() if k != "frames"}, "group": name} for e in run]
     entries.sort(key=lambda e: e["record_id"])
-    return {"version": str(dump.get("version", "")), "groups": groups, "entries": entries}
+    return {"version": version, "groups": groups, "entries": entries}
 
 
 # --- matching (pure, on the records every rank sent) ---------------------------------------------

@@ -15,6 +15,7 @@ again under a new number does not verify.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 ASK, ANSWER = "where-ask", "where-answer"  # the purposes records are sealed for
 DEFAULT_TIMEOUT = 10.0  # seconds the asker waits for every rank's answer
+ANSWER_BYTES = 4 * 1024 * 1024  # an answer is cut to fit this (the store drops a client over 8 MiB values)
+CUT_FRAMES = 60  # innermost frames per thread kept when an answer must be cut
 
 
 class Keys:
@@ -117,6 +120,22 @@ def sample(rank: int, request: Request) -> Answer:
         answer.recorder = recorder.capture()
     except Exception as exc:  # torch's internal dump: say what went wrong instead of no answer
         answer.recorder = {"off": f"the Flight Recorder could not be read ({type(exc).__name__}: {exc})"}
+    return fit(answer)
+
+
+def fit(answer: Answer, limit: int = ANSWER_BYTES) -> Answer:
+    """``answer``, cut to ``limit`` bytes of JSON if it is larger: each thread's innermost frames, then the
+    main thread alone, then the Flight Recorder's latest entries."""
+    if len(json.dumps(answer.record())) <= limit:
+        return answer
+    for thread in answer.threads:
+        cut = len(thread["frames"]) - CUT_FRAMES
+        if cut > 0:
+            thread["frames"], thread["skipped"] = thread["frames"][cut:], thread.get("skipped", 0) + cut
+    if len(json.dumps(answer.record())) > limit:
+        answer.threads = [t for t in answer.threads if t.get("main")]
+    while len(json.dumps(answer.record())) > limit and answer.recorder.get("entries"):
+        answer.recorder["entries"] = answer.recorder["entries"][len(answer.recorder["entries"]) // 2 + 1:]
     return answer
 
 

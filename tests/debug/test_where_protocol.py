@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -110,3 +111,15 @@ def test_with_no_request_a_beat_costs_one_store_operation(client):
     for _ in range(5):
         responder.tick(counting)  # type: ignore[arg-type]
     assert counting.calls == ["add"] * 5
+
+
+def test_an_answer_too_large_for_the_store_is_cut_to_the_innermost_frames_and_latest_entries():
+    frame = ["torch/x.py", 1, "f" * 200, "py", ""]
+    answer = where.Answer(0, threads=[{"name": "MainThread", "main": True, "skipped": 0, "frames": [frame] * 500},
+                                      {"name": "other", "main": False, "skipped": 0, "frames": [frame] * 500}],
+                          recorder={"entries": [{"n": i, "pad": "x" * 200} for i in range(400)]})
+    cut = where.fit(answer, limit=20_000)
+    assert len(json.dumps(cut.record())) <= 20_000
+    assert [t["name"] for t in cut.threads] == ["MainThread"]
+    assert len(cut.threads[0]["frames"]) == where.CUT_FRAMES and cut.threads[0]["skipped"] == 500 - where.CUT_FRAMES
+    assert cut.recorder["entries"][-1]["n"] == 399  # the latest kept
