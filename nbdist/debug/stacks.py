@@ -163,6 +163,16 @@ class Node:
     label: str
     ranks: set[int] = field(default_factory=set)
     children: dict[str, Node] = field(default_factory=dict)
+    counts: list[int] = field(default_factory=list)  # the outer frames left out, where this node stands for them
+
+    def text(self) -> str:
+        if self.label != _SKIPPED:
+            return self.label
+        low, high = min(self.counts), max(self.counts)
+        return f"… {low}{'' if low == high else f'-{high}'} outer frame(s) of IPython, nbdist or Python"
+
+
+_SKIPPED = "\0skipped"  # one node for the left-out outer frames, however many each rank left out
 
 
 def merge(per_rank: dict[int, list[dict[str, Any]]]) -> Node:
@@ -175,13 +185,15 @@ def merge(per_rank: dict[int, list[dict[str, Any]]]) -> Node:
             if thread.get("idle"):
                 path.append(IDLE)
             if thread.get("skipped"):
-                path.append(f"… {thread['skipped']} outer frame(s) of IPython, nbdist or Python")
+                path.append(_SKIPPED)
             path += [Frame.from_record(f).label() for f in thread["frames"]]
             node = root
             node.ranks.add(rank)
             for label in path:
                 node = node.children.setdefault(label, Node(label))
                 node.ranks.add(rank)
+                if label == _SKIPPED:
+                    node.counts.append(int(thread["skipped"]))
     return root
 
 
@@ -197,7 +209,7 @@ def _branches(node: Node) -> list[tuple[set[int], Node | None]]:
 def _chain(node: Node, prefix: str, world_size: int) -> list[str]:
     lines = []
     while True:
-        lines.append(prefix + node.label)
+        lines.append(prefix + node.text())
         branches = _branches(node)
         if len(branches) == 1 and branches[0][1] is not None:
             node = branches[0][1]

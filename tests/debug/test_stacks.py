@@ -24,13 +24,12 @@ def test_64_ranks_in_one_all_reduce_and_one_elsewhere_read_as_two_branches():
     per_rank[6] = [thread(BARRIER, skipped=12)]
     assert stacks.render(stacks.merge(per_rank), 64) == [
         "the cell's thread (main) · all 64 ranks",
+        "  … 12-21 outer frame(s) of IPython, nbdist or Python",
         "  ├─ all but rank 6",
-        "  │  … 21 outer frame(s) of IPython, nbdist or Python",
         "  │  cell line 4: dist.all_reduce(x)",
         "  │  all_reduce  (torch/distributed/distributed_c10d.py:2950)",
         "  │  wait  (torch/distributed/distributed_c10d.py:3001)",
         "  └─ rank 6",
-        "     … 12 outer frame(s) of IPython, nbdist or Python",
         "     barrier  (nbdist/world/world.py:311)",
     ]
 
@@ -50,6 +49,16 @@ def test_shared_frames_are_shown_once_and_branches_are_labelled_where_ranks_part
         "  │  └─ ranks 1,3,5 (3): here (innermost)",
         "  └─ rank 7",
         "     cell line 9 in step(): loss.backward()",
+    ]
+
+
+def test_ranks_that_differ_only_in_how_many_outer_frames_were_left_out_share_a_branch():
+    per_rank = {r: [thread(BODY, ALL_REDUCE, skipped=30 + (r == 0) * 2)] for r in range(4)}
+    assert stacks.render(stacks.merge(per_rank), 4) == [
+        "the cell's thread (main) · all 4 ranks",
+        "  … 30-32 outer frame(s) of IPython, nbdist or Python",
+        "  cell line 4: dist.all_reduce(x)",
+        "  all_reduce  (torch/distributed/distributed_c10d.py:2950)",
     ]
 
 
