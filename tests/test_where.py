@@ -18,6 +18,7 @@ from .conftest import free_port, ok, run_in_background
 SESSION = "get_ipython().magics_manager.registry['DistMagics'].session"
 # Rank 1 skips the all_reduce rank 0 enters: rank 0 hangs in it (--no-check: nbdist's own check would refuse it).
 HANG = "%%collective --no-check\nx = torch.ones(3)\nif RANK == 0:\n    dist.all_reduce(x)\nprint('done', RANK)\n"
+PARTED = ("├─ rank 0", "cell line 4: dist.all_reduce(x)", "└─ rank 1", "barrier  (nbdist/world/world.py")
 MISSING = re.compile(r"the default group: all_reduce #\d+ \(sizes \[\[3\]\]\): rank 0 entered, rank 1 missing")
 
 
@@ -46,11 +47,11 @@ def test_a_hang_in_all_reduce_is_named_by_collective_group_and_missing_rank_and_
     k = driven.kernel
     thread, box = run_in_background(k, HANG, timeout=240)
     report = ""
-    for _ in range(60):  # until rank 0 is inside the all_reduce (the command itself takes a few seconds)
+    for _ in range(60):  # until rank 0 is inside the all_reduce and rank 1 past the body (each run takes seconds)
         done = where_in_a_terminal(driven)
         assert done.returncode == 0, done.stderr
         report = done.stdout
-        if MISSING.search(report):
+        if MISSING.search(report) and all(part in report for part in PARTED):
             break
         assert "r" not in box, box["r"].error
     assert MISSING.search(report), report
