@@ -13,13 +13,19 @@ import pytest
 
 from nbdist.drive import kernels
 
-from .conftest import free_port, ok, run_in_background
+from .conftest import free_port, lend, ok, run_in_background
 
 SESSION = "get_ipython().magics_manager.registry['DistMagics'].session"
 # Rank 1 skips the all_reduce rank 0 enters: rank 0 hangs in it (--no-check: nbdist's own check would refuse it).
 HANG = "%%collective --no-check\nx = torch.ones(3)\nif RANK == 0:\n    dist.all_reduce(x)\nprint('done', RANK)\n"
 PARTED = ("├─ rank 0", "cell line 4: dist.all_reduce(x)", "└─ rank 1", "barrier  (nbdist/world/world.py")
 MISSING = re.compile(r"the default group: all_reduce #\d+ \(sizes \[\[3\]\]\): rank 0 entered, rank 1 missing")
+
+
+@pytest.fixture
+def peers(shared) -> Iterator[list[kernels.Kernel]]:
+    """The module's shared world of two peer notebooks (no token: signed with the server's key file)."""
+    yield from lend(shared, "%%collective\nt = torch.ones(1)\ndist.all_reduce(t)")
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +96,25 @@ def test_help_and_a_bad_timeout_are_one_line(driven):
     r = k.execute("%dist_where --timeout 0", timeout=30)
     assert r.status == "error" and r.error["ename"] == "UsageError", r.error
     assert "\n" not in r.error["evalue"], r.error
+
+
+@pytest.mark.timeout(200)
+def test_in_a_peer_world_an_idle_notebook_sees_the_other_busy_in_a_plain_cell_and_the_groups_in_step(peers):
+    busy = "import threading\nthreading.Event().wait(600)  # busy until the stop button\n"
+    thread, box = run_in_background(peers[1], busy, timeout=180)
+    try:
+        text = ""
+        for _ in range(60):  # until rank 1's cell has begun
+            text = ok([peers[0].execute("%dist_where", timeout=60)])[0].text()
+            if "cell line 2: threading.Event().wait(600)" in text:
+                break
+            assert "r" not in box, box["r"].error
+    finally:
+        peers[1].interrupt()
+        thread.join(60)
+    assert "nbdist where · 2 rank(s) · 2 answered" in text, text
+    rank1 = text.split("└─ rank 1")[1].split("Flight Recorder")[0]
+    assert "cell line 2: threading.Event().wait(600)  # busy until the stop button" in rank1, text
+    assert "cell line 1: get_ipython().run_line_magic('dist_where', '')" in text.split("└─ rank 1")[0], text
+    assert re.search(r"the default group: in step; last completed on every member: all_reduce #\d+", text), text
+    assert box["r"].error["ename"] == "KeyboardInterrupt", box["r"].error
