@@ -163,8 +163,8 @@ class Responder:
             if request is None:
                 log.warning("nbdist: a %%dist_where request (#%d) did not verify: not answered", n)
                 return
+        own = client.clone(op_timeout=5.0)  # before taking the lock: a failed connect must not keep it
         self._busy.acquire()
-        own = client.clone(op_timeout=5.0)
         threading.Thread(target=self._answer, args=(own, request), name="nbdist-where", daemon=True).start()
 
     def _answer(self, client: StoreClient, request: Request) -> None:
