@@ -28,7 +28,8 @@ LABEL_TEXT = 80  # characters of a cell line's code shown in the tree
 OUTER_FRAMES = 6  # frames kept of a thread that runs no cell and no nbdist code (innermost first)
 _PACKAGE_DIR = os.path.realpath(os.path.dirname(os.path.dirname(__file__)))  # nbdist/
 _STDLIB_DIR = os.path.realpath(sysconfig.get_paths()["stdlib"])
-CELL, PYTHON, NATIVE = "cell", "py", "native"
+CELL, PYTHON, NATIVE, GAP = "cell", "py", "native", "gap"
+NBDIST_RUN = 6  # a run of this many of nbdist's own frames or more shows its first and last three only
 
 
 def short_path(path: str) -> str:
@@ -57,6 +58,8 @@ class Frame:
     text: str = ""
 
     def label(self) -> str:
+        if self.kind == GAP:
+            return self.func
         if self.kind == CELL:
             inside = "" if self.func == "<module>" else f" in {self.func}()"
             text = self.text if len(self.text) <= LABEL_TEXT else self.text[: LABEL_TEXT - 1] + "…"
@@ -106,7 +109,26 @@ def _thread_record(name: str, main: bool, frames: list[Frame], internal: list[bo
     if main and not any(internal) and all(f.kind != CELL for f in frames):
         return {"name": name, "main": main, "skipped": 0, "frames": [], "idle": True}
     kept, skipped = trim(frames, internal)
+    kept = shorten(kept, internal[skipped:])
     return {"name": name, "main": main, "skipped": skipped, "frames": [f.record() for f in kept]}
+
+
+def shorten(frames: list[Frame], internal: list[bool]) -> list[Frame]:
+    """Each run of :data:`NBDIST_RUN` or more of nbdist's own frames as its first frame, ``… N frames of nbdist``
+    and its last three (where nbdist waits, and on what)."""
+    out: list[Frame] = []
+    i = 0
+    while i < len(frames):
+        j = i
+        while j < len(frames) and internal[j]:
+            j += 1
+        if j - i >= NBDIST_RUN:
+            out += [frames[i], Frame("", 0, f"… {j - i - 4} frames of nbdist", GAP), *frames[j - 3:j]]
+            i = j
+        else:
+            out.append(frames[i])
+            i += 1
+    return out
 
 
 def capture(threads: bool = False, skip: Iterable[int] = ()) -> list[dict[str, Any]]:

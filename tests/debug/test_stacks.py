@@ -133,3 +133,14 @@ def test_pyspy_shows_this_processs_native_frames_or_says_why_not():
     assert main["main"] and stacks.NATIVE in kinds, main
     # no cell here: the stack is shown from nbdist's outermost frame, the one that ran py-spy
     assert main["frames"][0][:3] == ["nbdist/debug/native.py", main["frames"][0][1], "dump"], main["frames"][0]
+
+
+def test_a_long_run_of_nbdists_own_frames_shows_where_it_began_and_where_it_waits():
+    ours = [Frame(f"nbdist/x{i}.py", 10 + i, f"f{i}") for i in range(8)]
+    wait = Frame("threading.py", 331, "wait")
+    shown = stacks.shorten([BODY, *ours, wait], [False] + [True] * 8 + [False])
+    assert [f.label() for f in shown] == [BODY.label(), "f0  (nbdist/x0.py:10)", "… 4 frames of nbdist",
+                                          "f5  (nbdist/x5.py:15)", "f6  (nbdist/x6.py:16)", "f7  (nbdist/x7.py:17)",
+                                          wait.label()]
+    short = [BODY, *ours[:5]]
+    assert stacks.shorten(short, [False] + [True] * 5) == short
