@@ -3,7 +3,8 @@
 Run as ``python -m tests.debug.fr_world RANK PORT OUT MODE``, one process per rank. The default group is
 built, used, destroyed and built again under the same name (as nbdist rebuilds it), a ``new_group`` is
 used, then the ranks part: ``missing``: rank 1 skips an ``all_reduce`` that rank 0 enters; ``differs``:
-rank 1 calls ``broadcast`` where rank 0 calls ``all_reduce``. Each rank writes
+rank 1 calls ``broadcast`` where rank 0 calls ``all_reduce``; ``ddp``: rank 1 skips ``loss.backward()`` of a
+DDP model, whose gradients rank 0 all-reduces alone. Each rank writes
 :func:`nbdist.debug.recorder.capture` to ``OUT/rankR.json`` and exits without waiting for its last op.
 """
 
@@ -34,7 +35,18 @@ def main(rank: int, port: int, out: str, mode: str) -> None:
         dist.all_reduce(t)
     dist.broadcast(t, 0, group=side)
     dist.broadcast(t, 1, group=side)
-    if rank == 0:
+    if mode == "ddp":  # rank 1 skips loss.backward(): rank 0's DDP all-reduces its gradients alone
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+        loss = model(torch.ones(3, 4)).sum()
+        work = None
+        if rank == 0:
+            import threading
+
+            threading.Thread(target=loss.backward, daemon=True).start()
+            while not any(e["group"] == "0" and not e["retired"] and e["profiling_name"] == "gloo:all_reduce"
+                          for e in recorder.capture()["entries"][-1:]):  # until its bucket's all_reduce began
+                time.sleep(0.05)
+    elif rank == 0:
         work = dist.all_reduce(t, async_op=True)  # rank 1 never joins it
     elif mode == "differs":
         work = dist.broadcast(torch.ones(5), 1, async_op=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,11 @@ def missing(tmp_path_factory) -> dict[int, dict]:
 @pytest.fixture(scope="module")
 def differs(tmp_path_factory) -> dict[int, dict]:
     return world_dumps(tmp_path_factory.mktemp("differs"), "differs")
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory) -> dict[int, dict]:
+    return world_dumps(tmp_path_factory.mktemp("ddp"), "ddp")
 
 
 def by_group(findings: list[recorder.Finding]) -> dict[str, recorder.Finding]:
@@ -75,6 +81,14 @@ def test_a_rank_that_called_another_collective_is_named_with_what_it_called(diff
     default = by_group(recorder.analyse(differs))["0"]
     assert default.parted == ("#4 differs: rank 0 called all_reduce #4 (sizes [[3]]); "
                               "rank 1 called broadcast #4 (sizes [[5]])")
+
+
+def test_a_rank_that_skipped_a_ddp_backward_is_named_missing_from_ddps_own_all_reduce(ddp):
+    default = by_group(recorder.analyse(ddp))["0"]
+    # after DDP's constructor's own collectives (an all_gather, broadcasts), its one bucket of 8 + 2 values
+    assert re.fullmatch(r"all_reduce #\d+ \(sizes \[\[10\]\]\): rank 0 entered, rank 1 missing",
+                        default.parted or ""), default.line(2)
+    assert (default.last_done or "").startswith("broadcast #"), default.line(2)
 
 
 def test_where_torchs_analyser_cannot_run_nbdists_matcher_answers(missing):
