@@ -1,10 +1,11 @@
-"""The ``nbdist`` command: demo, run, bench, follow, export, serve, env, doctor and stop."""
+"""The ``nbdist`` command: demo, run, bench, follow, export, serve, env, doctor, stop and where."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import signal
+import socket
 import sys
 import threading
 
@@ -172,8 +173,6 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    import socket
-
     from .cell.guard import request_stop
     from .errors import NbdistError
     from .world import keys
@@ -195,6 +194,44 @@ def _stop(args: argparse.Namespace) -> int:
         print(f"nbdist stop: {exc}", file=sys.stderr)
         return 1
     print(f"nbdist: stop #{n} sent to world round {round_}; every rank ends its running cell within 2 s")
+    return 0
+
+
+def _where(args: argparse.Namespace) -> int:
+    import json
+
+    from .debug import where
+    from .errors import NbdistError
+    from .world import keys, signing
+    from .world.store import connect
+    from .world.world import current_round
+
+    token = args.token or os.environ.get("NBDIST_TOKEN") or None
+    if not args.timeout > 0:
+        print(f"nbdist where: --timeout must be > 0, not {args.timeout:g}", file=sys.stderr)
+        return 2
+    try:
+        client = connect(args.master_addr, args.master_port, token=token)
+        try:
+            round_ = current_round(client)
+            size = client.get_if(keys.in_round(round_, keys.SIZE))
+            if client.get_if(keys.in_round(round_, keys.READY)) is None or size is None:
+                print(f"nbdist where: no world has formed at {args.master_addr}:{args.master_port}", file=sys.stderr)
+                return 1
+            registrations = [keys.in_round(round_, keys.rank(i)) for i in range(int(size))]
+            ranks = [json.loads(t) for t in client.multi_get(registrations)]
+            key = signing.key_from(signing.world_secret(token, args.master_addr, args.master_port, client.marker))
+
+            def describe(i: int) -> str:
+                return f"rank {i} ({ranks[i].get('host', '?')}, pid {ranks[i].get('pid', '?')})"
+
+            print(where.where(client, round_, int(size), key, describe, threads=args.threads, native=args.native,
+                              timeout=args.timeout, by=f"nbdist where in a terminal on {socket.gethostname()}"))
+        finally:
+            client.close()
+    except NbdistError as exc:
+        print(f"nbdist where: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -304,6 +341,21 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("--master-port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
     stop.add_argument("--token", default=None, help="the world's token (else NBDIST_TOKEN); never shown")
     stop.set_defaults(func=_stop)
+    where = sub.add_parser(
+        "where", help="show where every rank of the world is now: stacks, collectives, native frames (%%dist_where)",
+        description="Ask every rank of the world at the address where it is, as %dist_where does, also while its "
+                    "cells run: every rank's stack merged into one tree labelled with rank sets, and torch's Flight "
+                    "Recorder matched per process group. The request is signed with the world's token (a world on "
+                    "this machine without one: its server's key file). Exits 0, 1 if no world answers there.")
+    where.add_argument("--master-addr", required=True, help="rank 0's address")
+    where.add_argument("--master-port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    where.add_argument("--token", default=None, help="the world's token (else NBDIST_TOKEN); never shown")
+    where.add_argument("--threads", action="store_true", help="every thread's stack, not only the cell's")
+    where.add_argument("--native", action="store_true",
+                       help="native frames too, through py-spy (pip install 'nbdist[debug]')")
+    where.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                       help="seconds to wait for every rank's answer (default 10)")
+    where.set_defaults(func=_where)
     return parser
 
 

@@ -377,6 +377,29 @@ class DistMagics(Magics):
             raise UsageError(str(exc)) from None
         return bench.run_shown(self.session, spec)
 
+    @magic_arguments()
+    @argument("--threads", action="store_true", help="every thread's stack, not only the cell's (the main thread)")
+    @argument("--native", action="store_true", help="native frames too (C++ inside gloo, NCCL or HCCL), through "
+                                                    "py-spy (pip install 'nbdist[debug]'); else the reason")
+    @argument("--timeout", default=10.0, metavar="S",
+              help="seconds to wait for every rank's answer (default 10)")
+    @line_magic
+    def dist_where(self, line: str) -> None:
+        """Show where every rank is now, also while their cells run: stacks, collectives, native frames.
+
+        Every rank answers from its heartbeat thread, not the cell's: its Python
+        stack (merged into one tree whose branches are labelled with rank sets,
+        the cell's frames as cell lines) and torch's Flight Recorder, matched
+        across ranks by torch's own analyser: per process group, the last
+        collective every member completed and the first where members differ or
+        are missing ("all_reduce #4: rank 0 entered, rank 1 missing"). The
+        request and the answers go through the rendezvous server, signed with
+        the world's key; nothing listens on a new port. From a terminal, while
+        this notebook is busy: nbdist where --master-addr ADDR [--master-port P].
+        """
+        args = parse_argstring(self.dist_where, line)
+        print(self.session.where(args.threads, args.native, _seconds("--timeout", args.timeout)))
+
     @line_magic
     def dist_stop(self, line: str) -> None:
         """End the cell every other rank is running, within 2 s; each fails naming this notebook.

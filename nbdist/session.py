@@ -199,8 +199,26 @@ class Session:
         if self.world.replaced is None:
             self.world.gen = self.world.store_generation()
             self.rebuild_process_group("join")
+        self._answer_where()
         self.world.note("joined")
         return self.world.ranks
+
+    def _answer_where(self) -> None:
+        """Answer %dist_where from the heartbeat thread, while cells run (:mod:`nbdist.debug.where`)."""
+        from .debug import where
+
+        world, heartbeat = self.world, self.heartbeat
+        assert world is not None and heartbeat is not None
+        heartbeat.add_chore(where.responder(world.client, world.round, world.rank, self.secret).tick)
+
+    def where(self, threads: bool, native: bool, timeout: float) -> str:
+        """%dist_where: where every rank is now, as a report."""
+        from .debug import where
+
+        world = self.require_world("%dist_where")
+        return where.where(world.client, world.round, world.world_size, signing.key_from(self.secret()),
+                           world.describe, threads=threads, native=native, timeout=timeout,
+                           by=world.describe(world.rank))
 
     def fill_namespace(self) -> None:
         """After joining: ``torch``, ``dist`` (unless the notebook has its own), ``RANK``, ``WORLD_SIZE``,

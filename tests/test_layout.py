@@ -25,6 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "drive": {"world", "backend", "view", "cell"},
     "measure": {"world", "backend", "view", "cell", "drive"},
     "job": {"world", "backend", "view", "drive"},
+    "debug": {"world", "view"},
 }
 PARTS = set(ALLOWED) - {BASE}
 

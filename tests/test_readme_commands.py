@@ -223,6 +223,16 @@ SKIP = {
                                                                  "script under the same torchrun command (nbdist "
                                                                  "export --run 2)",
     r"%%distributed": "nbdistributed's magic, named for comparison: not nbdist's",
+    r"%dist_where(?: .*)?": "asks every rank of a spawned world where it is: tests/test_where.py::"
+                            "test_dist_where_in_the_idle_driving_notebook_shows_both_ranks_with_native_frames_or_why_"
+                            "not runs it",
+    r"nbdist where(?: .*)?": "asks the ranks of a world while its driving notebook hangs: tests/test_where.py::"
+                             "test_a_hang_in_all_reduce_is_named_by_collective_group_and_missing_rank_and_the_stop_"
+                             "button_ends_it runs it",
+    r"%%collective --no-check": "tests/test_where.py::test_a_hang_in_all_reduce_is_named_by_collective_group_and_"
+                                "missing_rank_and_the_stop_button_ends_it runs it (rank 1 skips an all_reduce)",
+    r"pip install 'nbdist\[debug\]'": "installs py-spy from the network; the extra is checked to exist, and the "
+                                       "test extra brings py-spy",
 }
 
 
@@ -781,8 +791,9 @@ def other_command_problems(items: list[Item]) -> list[str]:
             unknown = {w.split("=")[0] for w in words[2:] if w.startswith("--")} - script_flags(words[1])
             if unknown:
                 problems.append(f"{item}: {words[1]} takes no {', '.join(sorted(unknown))}")
-        elif words[:2] == ["pip", "install"] and "-e" in words:
-            target = words[words.index("-e") + 1]
+        elif words[:2] == ["pip", "install"] and ("-e" in words or any(w.startswith("nbdist[") for w in words)):
+            named = [w for w in words if w.startswith("nbdist[")]  # pip install 'nbdist[debug]'
+            target = words[words.index("-e") + 1] if "-e" in words else named[0]
             wanted = set(re.findall(r"[\w-]+", target[target.find("["):])) if "[" in target else set()
             if wanted - extras:
                 problems.append(f"{item}: pyproject.toml has no extra {', '.join(sorted(wanted - extras))} "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sysconfig
 import traceback
 from types import TracebackType
@@ -49,7 +50,11 @@ def _is_library(filename: str) -> bool:
 
 def is_cell(filename: str) -> bool:
     """Whether ``filename`` is the pseudo-file IPython compiles a notebook cell under."""
-    return filename.startswith(("<ipython-input-", "<cell")) or ("/ipykernel_" in filename and filename.endswith(".py"))
+    return filename.startswith(("<ipython-input-", "<cell")) or _IPYKERNEL_CELL.search(filename) is not None
+
+
+# ipykernel compiles a cell under <tmp>/ipykernel_<pid>/<hash>.py (not its own launcher, ipykernel_launcher.py)
+_IPYKERNEL_CELL = re.compile(r"[/\\]ipykernel_\d+[/\\][^/\\]+\.py$")
 
 
 def _skipped(tb: TracebackType | None, skip: int) -> TracebackType | None:

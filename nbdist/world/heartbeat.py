@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from ..config import HEARTBEAT_INTERVAL
 from ..errors import StoreConnectionError
@@ -27,6 +28,7 @@ class Heartbeat:
     def __init__(self, client: StoreClient, session: str, rank: int) -> None:
         self._client, self._key, self._rank = client, keys.heartbeat(session), rank
         self._stop = threading.Event()
+        self._chores: list[Callable[[StoreClient], None]] = []
         self.pulse: Pulse | None = None
         try:
             self.pulse = Pulse.start(client.host, client.port, self._key, rank)
@@ -53,10 +55,25 @@ class Heartbeat:
                 if not pulsing:
                     n += 1
                     self._client.set_json(self._key, {"n": -n, "t": time.time(), "rank": self._rank})
+                for chore in list(self._chores):
+                    self._do(chore)
             except StoreConnectionError as exc:
                 log.warning("nbdist heartbeat stopped: %s", exc)
                 return
             self._stop.wait(HEARTBEAT_INTERVAL / 2)
+
+    def add_chore(self, chore: Callable[[StoreClient], None]) -> None:
+        """Run ``chore(client)`` at every beat, in this thread, with its store connection: it must be cheap (one
+        store operation, say) and hand anything longer to a thread of its own."""
+        self._chores.append(chore)
+
+    def _do(self, chore: Callable[[StoreClient], None]) -> None:
+        try:
+            chore(self._client)
+        except StoreConnectionError:
+            raise
+        except Exception:  # a chore's bug must not stop the heartbeat
+            log.exception("nbdist heartbeat: a chore failed")
 
     def stop(self) -> None:
         """Stop beating (the pulse too, without it saying "gone") and remove the key; idempotent."""

@@ -35,6 +35,9 @@ A round (``r/<r>/`` + the names below)::
                                   rank i's capture; the cell's end meeting
     t/<n>/live/<i>                rank i's part of the live table
     t/<n>/init/<k>/<i>            rank i rebuilt the group in the body (the notebook's own init_process_group)
+    where/asks, where/<k>/ask, where/<k>/rank/<i>, where/<k>/answered
+                                  %dist_where (:mod:`nbdist.debug.where`): how many asked; the k-th request;
+                                  rank i's answer; how many answered
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ DRIVE_CLAIM = "drive/claim"
 DRIVE_SEQ = "drive/seq"
 DRIVE_FOLLOWERS = "drive/followers"
 DRIVE_REFUSED = "drive/refused"
+WHERE_ASKS = "where/asks"
 
 
 def rank(i: int) -> str:
@@ -100,6 +104,18 @@ def drive(seq: int) -> str:
 
 def follow(i: int) -> str:
     return f"follow/{i}"
+
+
+def where_ask(k: int) -> str:
+    return f"where/{k}/ask"
+
+
+def where_answer(k: int, i: int) -> str:
+    return f"where/{k}/rank/{i}"
+
+
+def where_answered(k: int) -> str:
+    return f"where/{k}/answered"
 
 
 def process_group(tag: str) -> str:

@@ -10,6 +10,10 @@ driver's rank and session, so a captured cell cannot be replayed in another
 place, another round, or by another notebook. Anyone who can reach the port
 can still read and write the store: signing keeps them from running code on
 followers, not from reading what the cells say (see the README).
+
+Other records, a ``%dist_where`` request and each rank's answer, are sealed
+whole (:func:`seal`) under the same key, with their purpose in the signed
+message, so that one kind of record cannot pass for another.
 """
 
 from __future__ import annotations
@@ -67,6 +71,29 @@ def verify(key: bytes, cell: dict[str, Any], *, round_: int, seq: int, driver: d
     if cell.get("session") != driver.get("session"):
         return f"it was sent by another kernel of rank {driver.get('rank')} than the one that drives (a replay)"
     return None
+
+
+# --- other signed records (a %dist_where request and its answers) ---------------------------
+
+_SEALED = b"nbdist sealed records v1\0"
+
+
+def _sealed_message(purpose: str, record: dict[str, Any]) -> bytes:
+    body = json.dumps({k: v for k, v in record.items() if k != "sig"}, sort_keys=True, separators=(",", ":"))
+    return _SEALED + purpose.encode() + b"\0" + body.encode()
+
+
+def seal(key: bytes, purpose: str, record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (JSON values) with a signature over all of it, for ``purpose`` only (``sig`` added)."""
+    return {**record, "sig": hmac.new(key, _sealed_message(purpose, record), hashlib.sha256).hexdigest()}
+
+
+def sealed(key: bytes, purpose: str, record: Any) -> bool:
+    """Whether ``record`` (as read back from the store) was sealed with ``key`` for ``purpose``, unchanged."""
+    if not isinstance(record, dict) or not isinstance(record.get("sig"), str):
+        return False
+    return hmac.compare_digest(hmac.new(key, _sealed_message(purpose, record), hashlib.sha256).hexdigest(),
+                               record["sig"])
 
 
 # --- the secret of a world without a token, on one machine -----------------------------------

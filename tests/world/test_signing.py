@@ -77,3 +77,14 @@ def test_only_loopback_counts_as_one_machine():
     assert signing.on_loopback("127.0.0.1") and signing.on_loopback("localhost") and signing.on_loopback("::1")
     assert not signing.on_loopback("10.0.0.1")
     assert not signing.on_loopback("no-such-host.invalid")
+
+
+def test_a_sealed_record_verifies_only_unchanged_under_its_key_and_for_its_purpose():
+    key = signing.key_from("secret")
+    record = signing.seal(key, "where-ask", {"n": 3, "round": 1, "threads": False})
+    assert signing.sealed(key, "where-ask", record)
+    assert not signing.sealed(key, "where-answer", record)  # one kind cannot pass for another
+    assert not signing.sealed(signing.key_from("other"), "where-ask", record)
+    assert not signing.sealed(key, "where-ask", {**record, "threads": True})
+    assert not signing.sealed(key, "where-ask", {k: v for k, v in record.items() if k != "sig"})
+    assert not signing.sealed(key, "where-ask", "not a record")
