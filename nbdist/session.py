@@ -435,7 +435,8 @@ class Session:
                 except PeerFailedError:
                     self.turn.done()  # it decided at its start: no step of its own to close (after_cell)
                     raise
-                self.drive.before(world, self.secret, "collective", source, follow.cell_flags(flags), step=step)
+                with self.turn.stops.held():  # a press as the cell is published is taken once it is, whole
+                    self.drive.before(world, self.secret, "collective", source, follow.cell_flags(flags), step=step)
             else:
                 self.turn.claim(align[1])  # the driver's step, which it runs too
                 if self.guard is not None:

@@ -9,6 +9,7 @@ held the stop button in nbdist's part, each of these left the other rank waiting
 from __future__ import annotations
 
 import hashlib
+import json
 import signal
 import threading
 from types import SimpleNamespace
@@ -174,3 +175,35 @@ def test_f4_a_stop_as_a_collective_cell_begins_is_kept_for_the_cell(pair):
     assert stopped.turn() == n + 1  # its step, closed: nobody waits for it
     failed = stopped.client.get_json(stopped.key(f"{step_name(n)}/failed"))
     assert failed["kind"] == "interrupted" and failed["unstarted"] == turn.body_digest(BODY)
+
+
+def test_f5_a_stop_as_a_driving_notebook_publishes_its_cell_leaves_no_hole_in_the_messages(pair):
+    """The stop lands as the driving notebook numbers its cell for the followers, before it writes it (the soak
+    met it: fault 38 of seed 335, driven, fuzzed): the cell is written all the same, then the stop is taken. A
+    hole would have the followers wait for that number for ever, and every later cell of the driver wait out its
+    --timeout for them."""
+    from nbdist.drive.follow import Drive, Follower
+    from nbdist.world import keys, signing
+
+    driver, follower_world = pair
+    secret = "a world secret"
+    session = Session(None)
+    session.world, session.watch_client, session.drive = driver, driver.client, Drive(RANKS[0]["session"])
+    session.secret = lambda: secret  # type: ignore[method-assign]
+    with Follower(follower_world, "s1", secret) as follower:
+        driver.client = PressInside(driver.client, "add", keys.DRIVE_SEQ)
+        n = driver.turn()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                session.collective(BODY, cells.Flags(WAIT))
+        finally:
+            session.world = session.watch_client = None
+        assert driver.client.pressed == 1
+        reading, box = in_thread(follower.next)
+        reading.join(WAIT)
+        assert "value" in box, f"the follower got no message: {box.get('error', 'it still waits for it')}"
+        message = box["value"]  # the cell came through: nothing of the driver's is missing
+        assert (message.kind, message.source, message.number) == ("collective", BODY, n)
+        assert signing.verify(signing.key_from(secret), json.loads(follower_world.client.get(
+            follower_world.key(keys.drive(message.seq)))), round_=0, seq=message.seq,
+            driver={"rank": 0, "session": "s0"}) is None
