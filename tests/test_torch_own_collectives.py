@@ -13,8 +13,10 @@ import pytest
 
 from nbdist.drive import kernels
 
-from .conftest import free_port, ok
+from .conftest import free_port, lend, ok, run_in_background
 
+PLAIN_ALL_REDUCE = "t = torch.ones(1); dist.all_reduce(t); t.item()"
+ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())\n"
 DDP = ("model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))\n"
        "print('built', sum(p.numel() for p in model.parameters()))\n")
 
@@ -44,3 +46,55 @@ def test_a_ddp_model_built_in_a_plain_cell_of_a_driving_notebook_is_refused_at_o
     # The world is intact: the same model in a %%collective is built on every rank.
     text = ok([driver.execute("%%collective\n" + DDP, timeout=120)])[0].text()
     assert "all 2 ranks (identical)" in text and "built 10" in text, text
+    # DDP's backward starts its all_reduce from C++, which nothing wraps: torch's count of the group's
+    # collectives moves, and the watcher cuts it and refuses it the same way.
+    t0 = time.monotonic()
+    backward = driver.execute("model(torch.ones(3, 4)).sum().backward()", timeout=60)
+    took = time.monotonic() - t0
+    assert backward.status == "error" and backward.error["ename"] == "DriveError", backward.error
+    assert backward.error["evalue"] == refused.error["evalue"], backward.error
+    assert took < 5, f"took {took:.1f} s"
+    again = ok([driver.execute(ALL_REDUCE, timeout=120)])[0].text()  # the group is rebuilt on every rank
+    assert "all 2 ranks (identical)" in again and "2.0" in again, again
+
+
+
+@pytest.fixture
+def world(shared):
+    yield from lend(shared, ALL_REDUCE)
+
+
+def stop_during(kernel: kernels.Kernel, code: str, after: float = 3.0) -> tuple[kernels.Result, float]:
+    """Run ``code``, press the stop button ``after`` seconds in; the result and the seconds from the press to
+    the cell's end."""
+    thread, box = run_in_background(kernel, code, timeout=90)
+    time.sleep(after)
+    assert thread.is_alive(), box
+    pressed = time.monotonic()
+    kernel.interrupt()
+    thread.join(timeout=60)
+    assert "r" in box, box
+    return box["r"], box["t"] - pressed
+
+
+@pytest.mark.timeout(240)
+def test_a_ddp_model_built_in_a_plain_cell_of_one_peer_only_ends_at_the_stop_button_and_the_next_cells_work(world):
+    stopped, took = stop_during(world[0], DDP)
+    assert took < 2, f"took {took:.1f} s"
+    assert stopped.status == "error" and stopped.error["ename"] == "KeyboardInterrupt", stopped.error
+    for r in ok(kernels.execute_all(world, PLAIN_ALL_REDUCE, timeout=90)):
+        assert r.text().strip().endswith("2.0"), r.text()
+    for r in ok(kernels.execute_all(world, DDP, timeout=90)):
+        assert "built 10" in r.text(), r.text()
+
+
+@pytest.mark.timeout(240)
+def test_ddp_backward_in_a_plain_cell_of_one_peer_only_ends_at_the_stop_button_and_the_next_cells_work(world):
+    ok(kernels.execute_all(world, DDP, timeout=90))  # both ranks hold the model
+    stopped, took = stop_during(world[0], "model(torch.ones(3, 4)).sum().backward()", after=2.0)
+    assert took < 2, f"took {took:.1f} s"
+    assert stopped.status == "error" and stopped.error["ename"] == "KeyboardInterrupt", stopped.error
+    for r in ok(kernels.execute_all(world, PLAIN_ALL_REDUCE, timeout=90)):
+        assert r.text().strip().endswith("2.0"), r.text()
+    for r in ok(kernels.execute_all(world, DDP + "model(torch.ones(3, 4)).sum().backward()\n", timeout=90)):
+        assert "built 10" in r.text(), r.text()
