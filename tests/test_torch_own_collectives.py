@@ -98,3 +98,18 @@ def test_ddp_backward_in_a_plain_cell_of_one_peer_only_ends_at_the_stop_button_a
         assert r.text().strip().endswith("2.0"), r.text()
     for r in ok(kernels.execute_all(world, DDP + "model(torch.ones(3, 4)).sum().backward()\n", timeout=90)):
         assert "built 10" in r.text(), r.text()
+
+
+@pytest.mark.timeout(240)
+def test_a_ddp_backward_that_one_rank_skips_in_a_collective_cell_is_named_a_mismatch_at_once(world):
+    ok(kernels.execute_all(world, "%%collective\n" + DDP, timeout=90))
+    skipped = "%%collective --timeout 8\nloss = model(torch.ones(3, 4)).sum()\nif RANK == 0:\n    loss.backward()\n"
+    t0 = time.monotonic()
+    results = kernels.execute_all(world, skipped, timeout=90)
+    took = time.monotonic() - t0
+    assert took < 8, f"took {took:.1f} s"
+    for r in results:
+        assert r.status == "error" and r.error["ename"] == "CollectiveMismatchError", r.error
+        assert "rank 1" in r.error["evalue"] and "the ranks run different collectives" in r.error["evalue"], r.error
+    for r in ok(kernels.execute_all(world, ALL_REDUCE, timeout=90)):  # the group is rebuilt
+        assert "2.0" in r.text(), r.text()

@@ -36,11 +36,18 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import POLL_INTERVAL
-from ..errors import MaxTimeError, NbdistError, PeerLostError, StoppedError, StoreConnectionError
+from ..errors import (
+    CollectiveMismatchError,
+    MaxTimeError,
+    NbdistError,
+    PeerLostError,
+    StoppedError,
+    StoreConnectionError,
+)
 from ..world.store import StoreClient
 from ..world.world import World
 from .fingerprint import Checker
-from .inflight import Since
+from .inflight import Since, pending
 from .stopper import Stopper
 
 log = logging.getLogger(__name__)
@@ -107,7 +114,8 @@ class CellWatch:
         # A plain cell watched from its start: the groups' counts then (nothing to watch until one moves), and
         # what refuses a collective that torch's own code started (a driving notebook's followers never join it).
         self.since, self.refuse = since, refuse
-        self._used = since is None
+        self._used = since is None or not plain
+        self._own_checked = 0.0  # when a %%collective's watch last compared torch's count with finished ranks'
         self._refused = False
         self._started = time.monotonic()
         self._timed_out = False
@@ -169,6 +177,8 @@ class CellWatch:
                 self._refuse_own()
             if self.reason is None and self.in_use():
                 self._look_around(failed_key)
+            if self.reason is None and not self.plain and self.since is not None:
+                self._check_own_mismatch()
             self._check_max_time()  # a failure elsewhere leaves a computing body alone; --max-time does not
             self._cut_if_needed()
             self._note_long_collective()
@@ -195,6 +205,37 @@ class CellWatch:
         if self.world.pg is not None and not self.cut:
             self.cut = True
             self.world.pg.cut(str(exc))
+
+    def _check_own_mismatch(self) -> None:
+        """A %%collective body waiting in a collective that torch's own code started (nothing wraps it), which a
+        rank that finished its body never started: name the mismatch, and end it on this rank (cut)."""
+        now = time.monotonic()
+        if self.checker.inside is not None or now - self._own_checked < LONG_COLLECTIVE:
+            return
+        self._own_checked = now
+        pg = self.world.pg
+        if pg is None or not in_collective_code(self._body) or not self.since.moved():  # type: ignore[union-attr]
+            return
+        mine = pg.state().get("seq", {})
+        for i in range(self.world.world_size):
+            done = None if i == self.world.rank else self.client.get_json_if(self.world.key(f"{self.cell}/out/{i}"))
+            theirs = ((done or {}).get("pg") or {}).get("seq", {})
+            ahead = [(group, n, theirs[group]) for group, n in mine.items() if group in theirs and n > theirs[group]]
+            if not ahead:
+                continue
+            group, n, issued = ahead[0]
+            label = "the default group" if group == "0" else f"group {group}"
+            what = ", ".join(pending()) or "a collective"
+            me = self.world.describe(self.world.rank)
+            message = (f"{self.world.describe(i)} finished this cell after {issued} collective(s) on {label}, but "
+                       f"{me} waits in #{n} ({what}), which torch's own code started (DDP's backward, FSDP, a "
+                       "functional collective): the ranks run different collectives")
+            self._stop_cell({"rank": self.world.rank, "kind": "mismatch", "message": message}, publish=True)
+            self._raise_in_body(CollectiveMismatchError(message))  # first: it is what the body raises after the cut
+            if not self.cut:
+                self.cut = True
+                pg.cut(message)
+            return
 
     def _check_max_time(self) -> None:
         if self.max_time is None or self._timed_out or time.monotonic() - self._started < self.max_time:
