@@ -13,7 +13,7 @@ import pytest
 
 from nbdist.drive import kernels
 
-from .conftest import free_port, lend, ok, run_in_background
+from .conftest import form, free_port, lend, ok, run_in_background
 
 PLAIN_ALL_REDUCE = "t = torch.ones(1); dist.all_reduce(t); t.item()"
 ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())\n"
@@ -113,3 +113,27 @@ def test_a_ddp_backward_that_one_rank_skips_in_a_collective_cell_is_named_a_mism
         assert "rank 1" in r.error["evalue"] and "the ranks run different collectives" in r.error["evalue"], r.error
     for r in ok(kernels.execute_all(world, ALL_REDUCE, timeout=90)):  # the group is rebuilt
         assert "2.0" in r.text(), r.text()
+
+
+@pytest.mark.timeout(240)
+def test_after_a_stopped_plain_all_reduce_a_ddp_cell_rebuilds_the_group_and_says_so_in_one_line(world):
+    stopped, took = stop_during(world[0], PLAIN_ALL_REDUCE, after=1.0)
+    assert took < 2 and stopped.status == "error", (took, stopped.error)
+    first = kernels.execute_all(world, DDP, timeout=90)
+    for r in first:  # DDP took the group the stop broke; the rebuild replaced it: run again, one line says
+        assert r.status == "error" and r.error["ename"] == "StaleGroupError", r.error
+        assert "Run the cell again" in r.error["evalue"] and "gloo" not in str(r.error), r.error
+        assert len(r.error["traceback"]) <= 1, r.error["traceback"]
+    for r in ok(kernels.execute_all(world, DDP, timeout=90)):
+        assert "built 10" in r.text(), r.text()
+
+
+@pytest.mark.timeout(240)
+def test_after_ddp_backward_timed_out_on_one_rank_the_next_plain_collective_rebuilds_the_group(start_kernels, port):
+    ks = start_kernels(2)
+    form(ks, port, "--pg-timeout 4")
+    ok(kernels.execute_all(ks, DDP, timeout=90))
+    alone = ks[0].execute("model(torch.ones(3, 4)).sum().backward()", timeout=60)
+    assert alone.status == "error", alone.error  # gloo's own timeout: torch says so
+    for r in ok(kernels.execute_all(ks, PLAIN_ALL_REDUCE, timeout=90)):
+        assert r.text().strip().endswith("2.0"), r.text()
