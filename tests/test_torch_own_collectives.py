@@ -32,7 +32,7 @@ def driver():
 
 
 @pytest.mark.timeout(240)
-def test_a_ddp_model_built_in_a_plain_cell_of_a_driving_notebook_is_refused_at_once(driver):
+def test_a_ddp_model_built_in_a_plain_cell_of_a_driving_notebook_is_refused_at_once(driver, record_fault):
     r = driver.execute(f"%dist_init --spawn 2 --master-port {free_port()} --pg-timeout 60", timeout=180)
     assert r.status == "ok", r.error
     t0 = time.monotonic()
@@ -51,6 +51,7 @@ def test_a_ddp_model_built_in_a_plain_cell_of_a_driving_notebook_is_refused_at_o
     t0 = time.monotonic()
     backward = driver.execute("model(torch.ones(3, 4)).sum().backward()", timeout=60)
     took = time.monotonic() - t0
+    record_fault("DDP backward in a plain cell of a driving notebook", took)
     assert backward.status == "error" and backward.error["ename"] == "DriveError", backward.error
     assert backward.error["evalue"] == refused.error["evalue"], backward.error
     assert took < 5, f"took {took:.1f} s"
@@ -78,8 +79,10 @@ def stop_during(kernel: kernels.Kernel, code: str, after: float = 3.0) -> tuple[
 
 
 @pytest.mark.timeout(240)
-def test_a_ddp_model_built_in_a_plain_cell_of_one_peer_only_ends_at_the_stop_button_and_the_next_cells_work(world):
+def test_a_ddp_model_built_in_a_plain_cell_of_one_peer_only_ends_at_the_stop_button_and_the_next_cells_work(
+        world, record_fault):
     stopped, took = stop_during(world[0], DDP)
+    record_fault("stop button in DDP's constructor in a plain cell", took)
     assert took < 2, f"took {took:.1f} s"
     assert stopped.status == "error" and stopped.error["ename"] == "KeyboardInterrupt", stopped.error
     for r in ok(kernels.execute_all(world, PLAIN_ALL_REDUCE, timeout=90)):
@@ -89,9 +92,11 @@ def test_a_ddp_model_built_in_a_plain_cell_of_one_peer_only_ends_at_the_stop_but
 
 
 @pytest.mark.timeout(240)
-def test_ddp_backward_in_a_plain_cell_of_one_peer_only_ends_at_the_stop_button_and_the_next_cells_work(world):
+def test_ddp_backward_in_a_plain_cell_of_one_peer_only_ends_at_the_stop_button_and_the_next_cells_work(
+        world, record_fault):
     ok(kernels.execute_all(world, DDP, timeout=90))  # both ranks hold the model
     stopped, took = stop_during(world[0], "model(torch.ones(3, 4)).sum().backward()", after=2.0)
+    record_fault("stop button in DDP's backward in a plain cell", took)
     assert took < 2, f"took {took:.1f} s"
     assert stopped.status == "error" and stopped.error["ename"] == "KeyboardInterrupt", stopped.error
     for r in ok(kernels.execute_all(world, PLAIN_ALL_REDUCE, timeout=90)):
@@ -101,12 +106,13 @@ def test_ddp_backward_in_a_plain_cell_of_one_peer_only_ends_at_the_stop_button_a
 
 
 @pytest.mark.timeout(240)
-def test_a_ddp_backward_that_one_rank_skips_in_a_collective_cell_is_named_a_mismatch_at_once(world):
+def test_a_ddp_backward_that_one_rank_skips_in_a_collective_cell_is_named_a_mismatch_at_once(world, record_fault):
     ok(kernels.execute_all(world, "%%collective\n" + DDP, timeout=90))
     skipped = "%%collective --timeout 8\nloss = model(torch.ones(3, 4)).sum()\nif RANK == 0:\n    loss.backward()\n"
     t0 = time.monotonic()
     results = kernels.execute_all(world, skipped, timeout=90)
     took = time.monotonic() - t0
+    record_fault("DDP backward skipped on one rank of a %%collective", took)
     assert took < 8, f"took {took:.1f} s"
     for r in results:
         assert r.status == "error" and r.error["ename"] == "CollectiveMismatchError", r.error
