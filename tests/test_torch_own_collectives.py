@@ -17,6 +17,8 @@ from .conftest import form, free_port, lend, ok, run_in_background
 
 PLAIN_ALL_REDUCE = "t = torch.ones(1); dist.all_reduce(t); t.item()"
 ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())\n"
+FUNCTIONAL = ("import torch.distributed._functional_collectives as funcol\n"
+              "funcol.all_reduce(torch.ones(1), 'sum', dist.group.WORLD).item()\n")
 DDP = ("model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))\n"
        "print('built', sum(p.numel() for p in model.parameters()))\n")
 
@@ -56,6 +58,10 @@ def test_a_ddp_model_built_in_a_plain_cell_of_a_driving_notebook_is_refused_at_o
     assert backward.error["evalue"] == refused.error["evalue"], backward.error
     assert took < 5, f"took {took:.1f} s"
     again = ok([driver.execute(ALL_REDUCE, timeout=120)])[0].text()  # the group is rebuilt on every rank
+    assert "all 2 ranks (identical)" in again and "2.0" in again, again
+    functional = driver.execute(FUNCTIONAL, timeout=60)  # a functional collective: a C++ op, nothing wraps it
+    assert functional.status == "error" and functional.error["ename"] == "DriveError", functional.error
+    again = ok([driver.execute(ALL_REDUCE, timeout=120)])[0].text()
     assert "all 2 ranks (identical)" in again and "2.0" in again, again
 
 
@@ -142,4 +148,14 @@ def test_after_ddp_backward_timed_out_on_one_rank_the_next_plain_collective_rebu
     alone = ks[0].execute("model(torch.ones(3, 4)).sum().backward()", timeout=60)
     assert alone.status == "error", alone.error  # gloo's own timeout: torch says so
     for r in ok(kernels.execute_all(ks, PLAIN_ALL_REDUCE, timeout=90)):
+        assert r.text().strip().endswith("2.0"), r.text()
+
+
+@pytest.mark.timeout(240)
+def test_a_functional_collective_in_a_plain_cell_of_one_peer_only_ends_at_the_stop_button(world, record_fault):
+    stopped, took = stop_during(world[0], FUNCTIONAL, after=2.0)
+    record_fault("stop button in a functional collective in a plain cell", took)
+    assert took < 2, f"took {took:.1f} s"
+    assert stopped.status == "error" and stopped.error["ename"] == "KeyboardInterrupt", stopped.error
+    for r in ok(kernels.execute_all(world, PLAIN_ALL_REDUCE, timeout=90)):
         assert r.text().strip().endswith("2.0"), r.text()
