@@ -116,6 +116,7 @@ class CellWatch:
         self.since, self.refuse = since, refuse
         self._used = since is None or not plain
         self._own_checked = 0.0  # when a %%collective's watch last compared torch's count with finished ranks'
+        self._own_since: float | None = None  # since when the body has been in torch's collective code
         self._refused = False
         self._started = time.monotonic()
         self._timed_out = False
@@ -210,11 +211,17 @@ class CellWatch:
         """A %%collective body waiting in a collective that torch's own code started (nothing wraps it), which a
         rank that finished its body never started: name the mismatch, and end it on this rank (cut)."""
         now = time.monotonic()
-        if self.checker.inside is not None or now - self._own_checked < LONG_COLLECTIVE:
+        if self.checker.inside is not None or not in_collective_code(self._body):
+            self._own_since = None
+            return
+        if self._own_since is None:
+            self._own_since = now
+        # Only a wait that lasts (every rank may be in DDP's backward a moment), and not every tick: store reads.
+        if now - self._own_since < LONG_COLLECTIVE or now - self._own_checked < LONG_COLLECTIVE:
             return
         self._own_checked = now
         pg = self.world.pg
-        if pg is None or not in_collective_code(self._body) or not self.since.moved():  # type: ignore[union-attr]
+        if pg is None or not self.since.moved():  # type: ignore[union-attr]
             return
         mine = pg.state().get("seq", {})
         for i in range(self.world.world_size):
