@@ -55,6 +55,10 @@ class WorldChangedError(NbdistError, RuntimeError):
     """Another rank re-initialised or left; this rank must re-run %%dist_init."""
 
 
+class StaleGroupError(NbdistError, RuntimeError):
+    """A call holds a process group that nbdist has rebuilt since (a model built before the rebuild)."""
+
+
 class CollectiveError(NbdistError, RuntimeError):
     """A %%collective cell raised on one or more ranks."""
 

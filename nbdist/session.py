@@ -477,6 +477,7 @@ class Session:
                     except StoreConnectionError:  # the cell itself will say so
                         pass
                 self.stopper.arm()
+                self.plain.begin(getattr(info, "raw_cell", "") or "")  # a plain cell is watched from its start
                 if self.guard is not None:
                     self.guard.new_cell()
                     self.guard.running = True

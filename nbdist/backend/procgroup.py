@@ -376,6 +376,15 @@ def members(group: Any) -> list[int] | None:
         return None
 
 
+def registered(group: Any) -> bool:
+    """Whether torch still knows ``group`` (not destroyed: a rebuild destroys the world's groups)."""
+    import torch.distributed as dist
+
+    if not isinstance(group, dist.ProcessGroup):
+        return True  # not a group, or torch's placeholder for a non-member: torch judges it
+    return group in dist.distributed_c10d._world.pg_map
+
+
 def group_name(group: Any) -> str:
     """torch's name of a group ("0" for the default one), the same on every member."""
     import torch.distributed as dist

@@ -4,7 +4,8 @@ Owns one rank's turn at a step, its phases and how a step ends early
 (``turn``), the protocol's steps (``cells``), running and capturing the body
 (``capture``, ``outputlog``, ``progress``), checking collectives
 (``fingerprint``, ``history``, ``hooks``), watching and stopping a body
-(``watch``, ``stopper``, ``guard``, ``prestart``), the plain-cell safety net (``plain``),
+(``watch``, ``stopper``, ``guard``, ``prestart``), whether a cell started a collective by torch's
+own count (``inflight``), the plain-cell safety net (``plain``),
 building and rebuilding the process group with every rank (``rebuild``), the
 live table (``live``) and what a finished cell shows (``outcome_view``).
 

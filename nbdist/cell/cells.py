@@ -56,6 +56,7 @@ from ..world.verdict import Verdict
 from ..world.world import World, step_name
 from . import capture, history
 from .fingerprint import CUT_SIGNS, Checker, at_work, differences, raise_if_failed
+from .inflight import Since
 from .live import LiveTable, cell_line, where
 from .outputlog import OutputLog
 from .stopper import Stopper
@@ -206,7 +207,7 @@ def watched_body(b: Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
     """Run the body with a :class:`~nbdist.cell.watch.CellWatch` beside it; its capture, why the watcher stopped
     it (or None) and whether the stop button did."""
     with CellWatch(b.world, b.watch_client, b.cell, b.checker, b.label, on_tick=b.live.tick,
-                   max_time=b.flags.max_time, stopper=b.stopper, driver=b.driver) as watch:
+                   max_time=b.flags.max_time, stopper=b.stopper, driver=b.driver, since=Since()) as watch:
         b.activate(b.checker)
         if b.stopper is not None:
             b.stopper.arm()

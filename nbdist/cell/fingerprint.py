@@ -272,6 +272,25 @@ class Checker:
         """What this rank publishes at the end of the body so that the ranks compare their collectives."""
         return summary(self.histories, self.sigs)
 
+    def call_own(self, name: str, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run a collective that torch's own code starts from C++ (DDP's constructor): refused if the cell was
+        stopped, marked as inside while it runs (the watcher cuts it at a stop), not compared."""
+        with self.lock:
+            self._refuse_if_stopped()
+            self.inside = (f"{name} (torch's own collective)", time.monotonic())
+        try:
+            return original(*args, **kwargs)
+        except Exception as exc:
+            self.failed_inside = True
+            pg = self.world.pg
+            if pg is not None:  # torch counted it, nbdist did not: the ranks rebuild at the next use
+                pg.distrust(f"torch's own collective {name} ended early ({type(exc).__name__})")
+            if self.plain and self._reason_follows(exc):
+                raise self._why_stopped() from exc
+            raise
+        finally:
+            self.inside = None
+
     @contextlib.contextmanager
     def marked(self, what: str) -> Iterator[None]:
         """Mark the body as inside ``what`` while it calls collectives nbdist does not wrap (%dist_bench's)."""

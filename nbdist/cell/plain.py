@@ -1,9 +1,13 @@
-"""The safety net of a plain cell (no %%collective) that calls a collective.
+"""The safety net of a plain cell (no %%collective) in a formed world.
 
-At its first collective the cell gets a process group it can trust (rebuilt
-with every rank if it cannot, as at a %%collective's start) and a
-:class:`~nbdist.cell.watch.CellWatch`, so a lost or failed rank ends it instead of
-leaving it waiting; the watch ends with the cell.
+Its :class:`~nbdist.cell.watch.CellWatch` starts with the cell and waits for
+the stop button, and, once the cell started a collective (one nbdist wraps, or
+one torch's own code starts from C++, by torch's count: :mod:`nbdist.cell.inflight`),
+for a lost or failed rank, so that none leaves the cell waiting; the watch ends
+with the cell. At its first wrapped collective the cell gets a process group it
+can trust (rebuilt with every rank if it cannot, as at a %%collective's start).
+A driving notebook refuses a collective in a plain cell: its followers never
+join it (one that torch's own code started is cut as soon as it is seen).
 """
 
 from __future__ import annotations
@@ -15,9 +19,26 @@ from typing import Any
 from ..config import TIMEOUTS
 from ..errors import DriveError, StoreConnectionError
 from .fingerprint import Checker
-from .watch import CellWatch, plain_failures, publish_plain_failure
+from .inflight import Since
+from .watch import CellWatch, publish_plain_failure
 
 log = logging.getLogger(__name__)
+
+DRIVING = ("this notebook drives the world, and its followers run only %%collective cells: a collective in a "
+           "plain cell would wait for them forever. Put it in a %%collective cell, or run %dist_release first")
+
+
+def watched(raw: str) -> bool:
+    """Whether a cell is a plain one to watch: not a %%collective, nor one of nbdist's magics (they run turns)."""
+    first = raw.lstrip().partition("\n")[0]
+    return not first.startswith(("%%collective", "%%dist_", "%dist_"))
+
+
+def distributed_failure(error: BaseException) -> bool:
+    """Whether ``error`` came from torch.distributed's backend (a timeout, a closed connection)."""
+    import torch.distributed as dist
+
+    return isinstance(error, getattr(dist, "DistError", ())) or "gloo" in str(error)
 
 
 class PlainNet:
@@ -28,25 +49,42 @@ class PlainNet:
         self.watch: CellWatch | None = None
         self._cells = 0
 
+    def _refusal(self) -> DriveError | None:
+        s = self.session
+        return DriveError(DRIVING) if s.world is not None and s.drive.has_followers(s.world) else None
+
+    def begin(self, raw: str) -> None:
+        """A cell of the user begins: a plain one in a formed world is watched from now (the stop button)."""
+        s = self.session
+        if (s.world is None or s.watch_client is None or self.watch is not None or s.process != "kernel"
+                or not watched(raw) or threading.current_thread() is not threading.main_thread()):
+            return
+        self._start(plain_since=None, since=Since(), refuse=self._refusal if s.drive.holding else None)
+
+    def _start(self, **kwargs: Any) -> CellWatch:
+        s = self.session
+        world = s.world
+        self._cells += 1
+        cell = f"g{world.gen}/plain/{world.rank}/{self._cells}"
+        checker = Checker(world, cell, TIMEOUTS["barrier"], s.hooks.params, compare=False, plain=True)
+        watch = CellWatch(world, s.watch_client, cell, checker, "this cell", stopper=s.stopper, plain=True, **kwargs)
+        watch.__enter__()
+        self.watch = watch
+        return watch
+
     def checker(self) -> Checker | None:
         """At a plain cell's first collective: a trusted group, a watcher, and the cell's checker."""
         s = self.session
         world = s.world
         if world is None or s.watch_client is None or threading.current_thread() is not threading.main_thread():
             return None
-        if s.drive.has_followers(world):
-            raise DriveError("this notebook drives the world, and its followers run only %%collective cells: a "
-                             "collective in a plain cell would wait for them forever. Put it in a %%collective "
-                             "cell, or run %dist_release first")
+        refused = self._refusal()
+        if refused is not None:
+            raise refused
         s.ensure_group()
-        self._cells += 1
-        cell = f"g{world.gen}/plain/{world.rank}/{self._cells}"
-        checker = Checker(world, cell, TIMEOUTS["barrier"], s.hooks.params, compare=False, plain=True)
-        watch = CellWatch(world, s.watch_client, cell, checker, "this cell", stopper=s.stopper, plain=True,
-                          plain_since=plain_failures(world.client, world))
-        watch.__enter__()
-        self.watch, s.hooks.active = watch, checker
-        return checker
+        watch = self.watch or self._start(plain_since=None)
+        s.hooks.active = watch.checker
+        return watch.checker
 
     def end(self, error: BaseException | None = None) -> None:
         """The plain cell ended (with ``error``, if it failed): stop its watch; a group it broke is rebuilt by
@@ -60,8 +98,8 @@ class PlainNet:
             s.hooks.active = None
         watch.__exit__(None, None, None)
         world = s.world
-        if world is None:
-            return
+        if world is None or not watch.in_use():
+            return  # it started no collective: nothing to tell, nothing broken
         pg = world.pg
         try:
             world.note("finished a plain cell's collectives")  # its watch noted what it was inside: no longer
@@ -70,6 +108,8 @@ class PlainNet:
                 why = "the stop button" if type(error) is KeyboardInterrupt else f"{type(error).__name__}: {error}"
                 publish_plain_failure(world.client, world, f"{world.describe(world.rank)} ended its cell during its "
                                                            f"collectives ({why})")
+            if pg is not None and error is not None and distributed_failure(error):
+                pg.distrust(f"a collective of a plain cell failed ({type(error).__name__})")  # torch's own, too
             if pg is not None and pg.broken and pg.gen == world.gen:
                 world.bump_generation(pg.gen)  # the others rebuild at their next cell that uses it, too
         except StoreConnectionError as exc:

@@ -1,14 +1,16 @@
 """A watcher beside a running body: it stops the cell for a reason, and cuts only when it must.
 
-While a %%collective body (or a plain cell that called a collective) runs on
-the kernel's main thread, this thread watches, every 0.1 s, for: another
+While a %%collective body (or a plain cell, in a formed world) runs on the
+kernel's main thread, this thread watches, every 0.1 s, for: another
 rank's failure in this cell (its ``failed`` key; not for plain cells), a rank
 that is gone (see :class:`~nbdist.world.world.PeerTracker`), the rendezvous server
 going away, the stop button (SIGINT, seen through ``signal.set_wakeup_fd``,
 since it is not delivered while C++ blocks), ``--max-time`` running out, and a
 stop of every rank handed over by the guard (:mod:`nbdist.cell.guard`). The last two
 end even a computing body, through :mod:`nbdist.cell.stopper`. It also gives the
-live table (:mod:`nbdist.cell.live`) its turn.
+live table (:mod:`nbdist.cell.live`) its turn. A plain cell's watch does
+nothing but wait for the stop button until the cell starts a collective, by
+torch's own count (:mod:`nbdist.cell.inflight`): DDP's backward is one too.
 
 Stopping the cell means: no collective may start any more (the cell's
 :class:`~nbdist.cell.fingerprint.Checker` refuses it). The process group is *cut*
@@ -34,11 +36,19 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import POLL_INTERVAL
-from ..errors import MaxTimeError, NbdistError, PeerLostError, StoppedError, StoreConnectionError
+from ..errors import (
+    CollectiveMismatchError,
+    MaxTimeError,
+    NbdistError,
+    PeerLostError,
+    StoppedError,
+    StoreConnectionError,
+)
 from ..world import keys
 from ..world.store import StoreClient
 from ..world.world import World
 from .fingerprint import Checker
+from .inflight import Since, pending
 from .stopper import Stopper
 
 log = logging.getLogger(__name__)
@@ -93,13 +103,21 @@ class CellWatch:
     def __init__(self, world: World, client: StoreClient, cell: str, checker: Checker, label: str = "",
                  on_tick: Callable[[], None] | None = None, max_time: float | None = None,
                  stopper: Stopper | None = None, plain: bool = False, driver: int | None = None,
-                 plain_since: int = 0) -> None:
+                 plain_since: int | None = 0, since: Since | None = None,
+                 refuse: Callable[[], BaseException | None] | None = None) -> None:
         self.world, self.client, self.cell, self.checker = world, client, cell, checker
         self.driver = driver  # a follower's: the stop button of the notebook that drives it stops its body too
         self._on_tick = on_tick  # the live table's turn, every slice (it keeps its own pace)
         self.max_time, self.stopper = max_time, stopper
         self.plain = plain  # a plain cell's: no other rank is in it, so only peers, the stop button, stops
-        self.plain_since = plain_since  # a plain cell's: the plain failures published before it began
+        self.plain_since = plain_since  # a plain cell's: the plain failures published before it began (None: read)
+        # A plain cell watched from its start: the groups' counts then (nothing to watch until one moves), and
+        # what refuses a collective that torch's own code started (a driving notebook's followers never join it).
+        self.since, self.refuse = since, refuse
+        self._used = since is None or not plain
+        self._own_checked = 0.0  # when a %%collective's watch last compared torch's count with finished ranks'
+        self._own_since: float | None = None  # since when the body has been in torch's collective code
+        self._refused = False
         self._started = time.monotonic()
         self._timed_out = False
         self.cell_label = label or cell
@@ -138,6 +156,12 @@ class CellWatch:
 
     def _run(self) -> None:
         failed_key = self.world.key(keys.failed(self.cell))
+        if self.plain_since is None:  # read here, beside the body, so a cell that starts no collective never waits
+            try:
+                self.plain_since = plain_failures(self.client, self.world)
+            except StoreConnectionError as exc:
+                log.info("could not read the plain failures: %s", exc)
+                self.plain_since = 0
         while not self._stop.is_set():
             ready, _, _ = select.select([self._read_fd], [], [], POLL_INTERVAL)
             if ready:
@@ -150,8 +174,12 @@ class CellWatch:
                                     publish=True)
             if self._stop.is_set():
                 return
-            if self.reason is None:
+            if self.refuse is not None and not self._refused and self.in_use():
+                self._refuse_own()
+            if self.reason is None and self.in_use():
                 self._look_around(failed_key)
+            if self.reason is None and not self.plain and self.since is not None:
+                self._check_own_mismatch()
             self._check_max_time()  # a failure elsewhere leaves a computing body alone; --max-time does not
             self._cut_if_needed()
             self._note_long_collective()
@@ -160,6 +188,61 @@ class CellWatch:
                     self._on_tick()
                 except Exception:  # a display problem must never stop the watcher
                     log.exception("nbdist: the live table failed")
+
+    def in_use(self) -> bool:
+        """Whether the cell started a collective (always, for a watch that began at its first one)."""
+        if not self._used:
+            self._used = self.checker.inside is not None or (self.since is not None and self.since.moved())
+        return self._used
+
+    def _refuse_own(self) -> None:
+        """A collective that torch's own code started where it must not (a driving notebook): cut it, raise why."""
+        self._refused = True
+        exc = self.refuse() if self.refuse is not None else None
+        if exc is None:
+            return
+        self._stop_cell({"rank": self.world.rank, "kind": "error", "message": str(exc)}, publish=False)
+        self._raise_in_body(exc)  # first: pending as the cut collective returns to Python, it is what the cell raises
+        if self.world.pg is not None and not self.cut:
+            self.cut = True
+            self.world.pg.cut(str(exc))
+
+    def _check_own_mismatch(self) -> None:
+        """A %%collective body waiting in a collective that torch's own code started (nothing wraps it), which a
+        rank that finished its body never started: name the mismatch, and end it on this rank (cut)."""
+        now = time.monotonic()
+        if self.checker.inside is not None or not in_collective_code(self._body):
+            self._own_since = None
+            return
+        if self._own_since is None:
+            self._own_since = now
+        # Only a wait that lasts (every rank may be in DDP's backward a moment), and not every tick: store reads.
+        if now - self._own_since < LONG_COLLECTIVE or now - self._own_checked < LONG_COLLECTIVE:
+            return
+        self._own_checked = now
+        pg = self.world.pg
+        if pg is None or not self.since.moved():  # type: ignore[union-attr]
+            return
+        mine = pg.state().get("seq", {})
+        for i in range(self.world.world_size):
+            done = None if i == self.world.rank else self.client.get_json_if(self.world.key(keys.out(self.cell, i)))
+            theirs = ((done or {}).get("pg") or {}).get("seq", {})
+            ahead = [(group, n, theirs[group]) for group, n in mine.items() if group in theirs and n > theirs[group]]
+            if not ahead:
+                continue
+            group, n, issued = ahead[0]
+            label = "the default group" if group == "0" else f"group {group}"
+            what = ", ".join(pending()) or "a collective"
+            me = self.world.describe(self.world.rank)
+            message = (f"{self.world.describe(i)} finished this cell after {issued} collective(s) on {label}, but "
+                       f"{me} waits in #{n} ({what}), which torch's own code started (DDP's backward, FSDP, a "
+                       "functional collective): the ranks run different collectives")
+            self._stop_cell({"rank": self.world.rank, "kind": "mismatch", "message": message}, publish=True)
+            self._raise_in_body(CollectiveMismatchError(message))  # first: it is what the body raises after the cut
+            if not self.cut:
+                self.cut = True
+                pg.cut(message)
+            return
 
     def _check_max_time(self) -> None:
         if self.max_time is None or self._timed_out or time.monotonic() - self._started < self.max_time:
@@ -185,7 +268,7 @@ class CellWatch:
     def _look_around(self, failed_key: str) -> None:
         try:
             if self.plain:
-                info = plain_failure(self.client, self.world, self.plain_since)
+                info = plain_failure(self.client, self.world, self.plain_since or 0)
                 if info is not None:
                     self._stop_cell(info, publish=False)  # a rank that waits in a collective for it cuts
                     return
@@ -217,8 +300,8 @@ class CellWatch:
         self.checker.stop(info)
 
     def _cut_if_needed(self) -> None:
-        if self.cut or self.reason is None or self.world.pg is None:
-            return
+        if self.cut or self.reason is None or self.world.pg is None or not self.in_use():
+            return  # a plain cell that started no collective has none to cut
         must = (
             self.reason.get("kind") == "lost"  # the group has a dead member: nothing on it can complete
             or self.checker.inside is not None
