@@ -162,6 +162,17 @@ def make_world(start_kernels, port) -> Callable[[int], list[kernels.Kernel]]:
 
 
 @pytest.fixture
+def driver() -> Iterator[kernels.Kernel]:
+    """One kernel with nbdist loaded, to drive a world it spawns (``%dist_init --spawn N``)."""
+    k = kernels.Kernel()
+    try:
+        assert k.execute("%load_ext nbdist", timeout=60).status == "ok"
+        yield k
+    finally:
+        k.shutdown()
+
+
+@pytest.fixture
 def record_fault(request) -> Callable[[str, float], None]:
     """Record a measured time-to-error (seconds) in pytest's cache, for the README's fault table."""
 

@@ -10,8 +10,6 @@ import time
 
 import pytest
 
-from nbdist.drive import kernels
-
 from .conftest import free_port
 
 TOKEN = "follow-command-test"
@@ -36,16 +34,6 @@ def _ended(proc: subprocess.Popen, within: float) -> tuple[int, str]:
         out, _ = proc.communicate()
         pytest.fail(f"nbdist follow did not exit within {within} s; it printed:\n{out}")
     return proc.returncode, out
-
-
-@pytest.fixture
-def driver():
-    k = kernels.Kernel()
-    try:
-        assert k.execute("%load_ext nbdist", timeout=60).status == "ok"
-        yield k
-    finally:
-        k.shutdown()
 
 
 def test_torchrun_starts_two_followers_that_a_notebook_drives_until_it_releases_them(driver):

@@ -7,8 +7,6 @@ import os
 import signal
 import time
 
-import pytest
-
 from nbdist.drive import kernels
 
 from .conftest import free_port, pid_gone, run_in_background, wait_gone
@@ -23,16 +21,6 @@ def spawn(kernel: kernels.Kernel, n: int, extra: str = "") -> list[int]:
     pids = ast.literal_eval(kernel.execute("1", user_expressions={"p": PIDS}).expression("p"))
     assert len(pids) == n - 1 and all(not pid_gone(p) for p in pids)
     return pids
-
-
-@pytest.fixture
-def driver():
-    k = kernels.Kernel()
-    try:
-        assert k.execute("%load_ext nbdist", timeout=60).status == "ok"
-        yield k
-    finally:
-        k.shutdown()
 
 
 def test_spawn_4_runs_collectives_survives_max_time_and_unload_leaves_no_worker(driver):

@@ -23,16 +23,6 @@ DDP = ("model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
        "print('built', sum(p.numel() for p in model.parameters()))\n")
 
 
-@pytest.fixture
-def driver():
-    k = kernels.Kernel()
-    try:
-        assert k.execute("%load_ext nbdist", timeout=60).status == "ok"
-        yield k
-    finally:
-        k.shutdown()
-
-
 @pytest.mark.timeout(240)
 def test_a_ddp_model_built_in_a_plain_cell_of_a_driving_notebook_is_refused_at_once(driver, record_fault):
     r = driver.execute(f"%dist_init --spawn 2 --master-port {free_port()} --pg-timeout 60", timeout=180)

@@ -11,9 +11,9 @@ thread: recorded while nbdist holds it (:class:`nbdist.cell.turn.StopButton`), r
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 from nbdist.backend.backends import Choice
 from nbdist.cell import cells
@@ -22,6 +22,8 @@ from nbdist.world.world import World
 
 from .explorer import Hooks
 from .gate import Hung, Killed
+
+T = TypeVar("T")
 
 
 class Trusted:
@@ -92,20 +94,14 @@ class Kernel:
         else:
             session.turn.begin()
             session.turn.claim(start_turn)
-        error: BaseException | None = None
-        try:
+
+        def run() -> str:
             if start_error is not None:
                 raise start_error
             outcome = session.collective(body, cells.Flags(self.timeout, live=False))
             return "go" if outcome.rebuilt is None else f"go:rebuild:{outcome.rebuilt}"
-        except (Killed, Hung):
-            raise
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            with post_run_cell():
-                session.after_cell(SimpleNamespace(info=info, error_before_exec=None, error_in_exec=error))
+
+        return self._until_post_run_cell(info, run)
 
     def plain(self) -> str | None:
         """A plain cell from ``pre_run_cell`` to ``post_run_cell`` whose first collective rebuilds the group if it must
@@ -114,9 +110,13 @@ class Kernel:
         info = SimpleNamespace(raw_cell="dist.all_reduce(t)")
         with post_run_cell():
             session.before_cell(info)
+        return self._until_post_run_cell(info, session.ensure_group)
+
+    def _until_post_run_cell(self, info: SimpleNamespace, run: Callable[[], T]) -> T:
+        """The cell's own part, then ``post_run_cell`` told how it ended (a killed or hung rank tells nothing)."""
         error: BaseException | None = None
         try:
-            return session.ensure_group()
+            return run()
         except (Killed, Hung):
             raise
         except BaseException as exc:
@@ -124,7 +124,7 @@ class Kernel:
             raise
         finally:
             with post_run_cell():
-                session.after_cell(SimpleNamespace(info=info, error_before_exec=None, error_in_exec=error))
+                self.session.after_cell(SimpleNamespace(info=info, error_before_exec=None, error_in_exec=error))
 
     def dist_barrier(self) -> str:
         """One ``%dist_barrier``; the state it opened with."""
