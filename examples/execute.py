@@ -3,14 +3,15 @@
     python examples/execute.py [--check] [NOTEBOOK ...]
 
 Each example runs on 2 ranks as examples/run_examples.sh runs it: the two notebooks as two ranks,
-the walkthrough alone (its ``%dist_init --spawn 2`` starts rank 1), each lesson driven from one
-notebook (``--world-size 2 --spawn``, as its ``SPAWN = 2`` does in JupyterLab). The outputs and
-execution counts of each cell are copied into the notebook here (rank1.ipynb takes rank 1's, every
-other notebook rank 0's), and ``metadata["nbdist"]["executed"]`` records the hash of the cells it ran,
-the command, the date and the versions. ``--check`` runs nothing: it names every notebook whose
-stamp is missing or no longer matches its cells (a cell edited since), and exits 1 if there is one.
-The generators (make_notebooks.py, make_notebook.py, make_course.py) write notebooks without
-outputs: run this script after them. tests/test_examples_executed.py checks the stamps.
+the walkthrough alone (its ``%dist_init --spawn 2`` starts rank 1), each lesson and PyTorch's
+tutorials driven from one notebook (``--world-size 2 --spawn``, as their ``SPAWN = 2`` does in
+JupyterLab). The outputs and execution counts of each cell are copied into the notebook here
+(rank1.ipynb takes rank 1's, every other notebook rank 0's), and ``metadata["nbdist"]["executed"]``
+records the hash of the cells it ran, the command, the date and the versions. ``--check`` runs
+nothing: it names every notebook whose stamp is missing or no longer matches its cells (a cell edited
+since), and exits 1 if there is one. The generators (make_notebooks.py, make_notebook.py,
+make_course.py, tutorials/make_notebook.py) write notebooks without outputs: run this script after
+them. tests/test_examples_executed.py checks the stamps.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def runs() -> list[Run]:
         Run((two / "rank0.ipynb", two / "rank1.ipynb")),
         Run((HERE / "one_notebook" / "walkthrough.ipynb",)),
         *(Run((lesson,), ("--world-size", "2", "--spawn")) for lesson in sorted((HERE / "course").glob("*.ipynb"))),
+        Run((HERE / "tutorials" / "tutorials.ipynb",), ("--world-size", "2", "--spawn")),
     ]
 
 

@@ -17,4 +17,7 @@ for lesson in examples/course/*.ipynb; do
         run "$lesson" --world-size "$n" --spawn --out "$out/course-$n-spawn"
     done
 done
+# PyTorch's tutorials are written for 2 ranks: two peer notebooks, and one that drives
+run examples/tutorials/tutorials.ipynb --world-size 2 --out "$out/tutorials"
+run examples/tutorials/tutorials.ipynb --world-size 2 --spawn --out "$out/tutorials-spawn"
 echo "nbdist: every example notebook ran; executed notebooks in $out"
