@@ -1,4 +1,4 @@
-"""%dist_pdb's protocol on a real TCPStore: a rank's kept failure debugged from another, every line signed (no kernels)."""
+"""%dist_pdb's protocol on a real TCPStore: a rank's kept failure debugged from another, each line signed."""
 
 from __future__ import annotations
 

@@ -1,0 +1,90 @@
+"""%dist_pdb on real kernels: post-mortem of a driven worker from the driving notebook, and of peers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from nbdist.drive import kernels
+
+from .conftest import free_port, lend, ok
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Rank 1 divides by zero inside divide(), where its x is 41 (rank 0's would be 40).
+FAILS_ON_RANK_1 = "%%collective\ndef divide(x):\n    return x / (1 - RANK)\nx = 40 + RANK\ny = divide(x)\n"
+
+
+def typing(lines: list[str]) -> tuple[Callable[[str], str], list[str]]:
+    """Answers for a kernel's input(): ``lines`` in turn; and the prompts it showed."""
+    prompts: list[str] = []
+
+    def answer(prompt: str) -> str:
+        prompts.append(prompt)
+        return lines.pop(0)
+
+    return answer, prompts
+
+
+def text(r: kernels.Result) -> str:
+    return ANSI.sub("", r.text())
+
+
+@pytest.fixture(scope="module")
+def driving() -> Iterator[kernels.Kernel]:
+    """One notebook driving a spawned worker (``%dist_init --spawn 2``)."""
+    k = kernels.Kernel()
+    try:
+        ok([k.execute("%load_ext nbdist", timeout=60)])
+        ok([k.execute(f"%dist_init --spawn 2 --master-port {free_port()}", timeout=180)])
+        yield k
+    finally:
+        k.shutdown()
+
+
+@pytest.mark.timeout(300)
+def test_the_driving_notebook_debugs_rank_1s_failure_at_its_failing_frame_with_rank_1s_values(driving):
+    failed = driving.execute(FAILS_ON_RANK_1, timeout=120)
+    assert failed.status == "error"
+    assert "Debug a failing rank: %dist_pdb 1" in failed.text()
+    answer, prompts = typing(["p x", "up", "p RANK", "q"])
+    r = driving.execute("%dist_pdb 1", timeout=120, stdin=answer)
+    shown = text(r)
+    assert r.status == "ok", r.error
+    assert len(prompts) == 4 and all(re.fullmatch(r"rank 1 \(.+\) ipdb> ", p) for p in prompts), prompts
+    innermost, _, outer = shown.partition("\n41\n")
+    assert "divide()" in innermost and "return x / (1 - RANK)" in innermost, shown  # the frame that raised
+    assert outer, f"rank 1's x (41) was not shown: {shown}"
+    assert "y = divide(x)" in outer and "\n1\n" in outer, shown  # up: the cell's own line; rank 1's RANK
+    assert "nbdist: the debugger ended" in shown
+
+    ok([driving.execute("%%collective\nprint('fine', RANK)", timeout=120)])
+    r = driving.execute("%dist_pdb 1", timeout=120, stdin=typing([])[0])
+    assert re.search(r"nbdist: rank 1 \(.+\) has no failed cell to debug: its last cell succeeded", text(r)), text(r)
+
+
+@pytest.fixture
+def peers(shared) -> Iterator[list[kernels.Kernel]]:
+    """The module's shared world of two peer notebooks."""
+    yield from lend(shared, "%%collective\nt = torch.ones(1)\ndist.all_reduce(t)")
+
+
+@pytest.mark.timeout(300)
+def test_in_a_peer_world_each_notebook_debugs_its_own_rank_and_the_others(peers):
+    fails_on_rank_0 = "%%collective\ndef divide(x):\n    return x / RANK\nz = divide(30 + RANK)\n"
+    results = kernels.execute_all(peers, fails_on_rank_0, timeout=120)
+    assert [r.status for r in results] == ["error", "error"]
+    assert "Debug a failing rank: %dist_pdb 0" in results[1].text()
+
+    answer, prompts = typing(["p x", "q"])  # rank 0's own notebook: IPython's post-mortem, as %debug
+    r = peers[0].execute("%dist_pdb 0", timeout=120, stdin=answer)
+    assert r.status == "ok", r.error
+    assert prompts == ["ipdb> ", "ipdb> "], prompts
+    assert "return x / RANK" in text(r) and "\n30\n" in text(r), text(r)
+
+    answer, prompts = typing(["p x", "q"])  # the other notebook: rank 0's debugger relayed through the store
+    r = peers[1].execute("%dist_pdb", timeout=120, stdin=answer)  # no rank: the one that failed
+    assert r.status == "ok", r.error
+    assert len(prompts) == 2 and prompts[0].startswith("rank 0 ("), prompts
+    assert "\n30\n" in text(r), text(r)
