@@ -161,3 +161,12 @@ def test_an_output_chunk_not_signed_by_the_debugged_rank_is_not_shown(client):
                                                        "text": "type your password", "prompt": "ipdb> ", "end": None}))
     chunk = asker.receive(0.3, lambda: None)
     assert chunk.text == "" and chunk.end is not None and "no answer from rank 1" in chunk.end
+
+
+def test_the_asker_names_a_debugged_rank_whose_kernel_is_gone(client):
+    client.set_json(keys.heartbeat("s1"), {"n": 9, "t": 0.0, "rank": 1, "gone": True})  # what its pulse says at death
+    shown: list[str] = []
+    postmortem.ask(world_of_two(client), 1, KEY, write=shown.append, read_line=input, timeout=60)
+    host = socket.gethostname()
+    assert shown == [f"nbdist: rank 1 ({host}, pid 101) is gone: its kernel exited or was killed; its debugger ended "
+                     "with it\n"], shown
