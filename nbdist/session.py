@@ -213,15 +213,16 @@ class Session:
         assert world is not None and heartbeat is not None
         heartbeat.add_chore(where.responder(world.client, world.round, world.rank, self.secret).tick)
         heartbeat.add_chore(postmortem.responder(world.client, world.round, world.rank, postmortem.label(
-            world, world.rank), self.secret, self.kept).tick)
+            world, world.rank), self.secret, self.kept, world.ranks).tick)
 
     def pdb(self, rank: int, timeout: float) -> None:
         """%dist_pdb: the debugger at ``rank``'s failed cell, here (:mod:`nbdist.debug.postmortem`)."""
         world = self.require_world("%dist_pdb")
         if rank == world.rank:
-            return postmortem.local(self.kept, postmortem.label(world, rank), sys.stdout.write)
-        postmortem.ask(world, rank, signing.key_from(self.secret()), write=sys.stdout.write, read_line=input,
-                       timeout=timeout)
+            postmortem.local(self.kept, postmortem.label(world, rank), sys.stdout.write)
+        else:
+            postmortem.ask(world, rank, signing.key_from(self.secret()), write=sys.stdout.write, read_line=input,
+                           timeout=timeout)
 
     def where(self, threads: bool, native: bool, timeout: float) -> str:
         """%dist_where: where every rank is now, as a report."""

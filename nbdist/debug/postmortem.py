@@ -98,21 +98,23 @@ def local(kept: Kept, who: str, write: Callable[[str], Any]) -> None:
 
 @dataclass(frozen=True)
 class Request:
-    """Debug ``rank``'s kept traceback: the ``n``-th request of world round ``round``."""
+    """Debug ``rank``'s kept traceback: the ``n``-th request of world round ``round``, from rank ``asker``."""
 
     n: int
     round: int
     rank: int
+    asker: int = -1
     by: str = ""
 
     def record(self) -> dict[str, Any]:
-        return {"n": self.n, "round": self.round, "rank": self.rank, "by": self.by, "t": time.time()}
+        return {"n": self.n, "round": self.round, "rank": self.rank, "asker": self.asker, "by": self.by,
+                "t": time.time()}
 
     @classmethod
     def read(cls, record: Any, key: bytes, n: int, round_: int) -> Request | None:
         if not signing.sealed(key, ASK, record) or record.get("n") != n or record.get("round") != round_:
             return None
-        return cls(n, round_, int(record["rank"]), str(record.get("by", "")))
+        return cls(n, round_, int(record["rank"]), int(record.get("asker", -1)), str(record.get("by", "")))
 
 
 class Responder:
@@ -120,8 +122,9 @@ class Responder:
     starts the debugger in a thread of its own."""
 
     def __init__(self, round_: int, rank: int, who: str, key: bytes | None, kept: Kept, seen: int = 0,
-                 idle: float = relay.IDLE_TIMEOUT) -> None:
+                 idle: float = relay.IDLE_TIMEOUT, ranks: list[dict[str, Any]] | None = None) -> None:
         self.round, self.rank, self.who, self._key, self.kept, self.idle = round_, rank, who, key, kept, idle
+        self.ranks = ranks or []  # the world's registrations: the debugger quits when the asker's kernel is gone
         self.seen = seen  # requests up to this number were seen, or were made before this rank joined
         self._busy = threading.Lock()
         self.thread: threading.Thread | None = None
@@ -144,10 +147,12 @@ class Responder:
         if request is None:
             log.warning("nbdist: a %%dist_pdb request (#%d) did not verify: not answered", n)
             return
-        channel = relay.Channel(client.clone(op_timeout=5.0), self._key, self.round, n, self.rank)
-        if not self._busy.acquire(blocking=False):
-            channel.close_with(f"{self.who} is already in a %dist_pdb debugger: quit that one first")
+        if self._busy.locked():  # answered with the heartbeat's own connection: one chunk
+            relay.Channel(client, self._key, self.round, n, self.rank).close_with(
+                f"{self.who} is already in a %dist_pdb debugger: quit that one first")
             return
+        channel = relay.Channel(client.clone(op_timeout=5.0), self._key, self.round, n, self.rank)
+        self._busy.acquire()  # before the thread starts: only this thread (the heartbeat's) takes it
         self.thread = threading.Thread(target=self._serve, args=(channel, request), name="nbdist-pdb", daemon=True)
         self.thread.start()
 
@@ -158,7 +163,7 @@ class Responder:
                 channel.close_with(self.kept.why_none(self.who))
                 return
             log.info("nbdist: %%dist_pdb from %s: the debugger opens on this rank's failed cell", request.by)
-            relay.debug(channel, tb, self.idle)
+            relay.debug(channel, tb, self.idle, self._asker_gone(channel.client, request))
         except StoreConnectionError as exc:
             log.info("nbdist: %%dist_pdb ended: %s", exc)
         except Exception:  # never pass silently: the asker sees no answer, this kernel's log says why
@@ -167,15 +172,24 @@ class Responder:
             channel.client.close()
             self._busy.release()
 
+    def _asker_gone(self, client: StoreClient, request: Request) -> Callable[[], str | None]:
+        """Why the asking notebook's kernel is gone (None while it lives), by its heartbeat."""
+        if not 0 <= request.asker < len(self.ranks) or request.asker == self.rank:
+            return lambda: None
+        tracker = PeerTracker(self.ranks, self.rank)
+        return lambda: next((f"the asking notebook, rank {i}, {why}" for i, why in tracker.dead(client)
+                             if i == request.asker), None)
 
-def responder(client: StoreClient, round_: int, rank: int, who: str, secret: Callable[[], str], kept: Kept
-              ) -> Responder:
+
+def responder(client: StoreClient, round_: int, rank: int, who: str, secret: Callable[[], str], kept: Kept,
+              ranks: list[dict[str, Any]] | None = None) -> Responder:
     """A rank's responder for world round ``round_``: requests made before it joined are not for it."""
     try:
         key: bytes | None = signing.key_from(secret())
     except signing.SigningError:
         key = None  # %dist_where says why, to whoever asks it
-    return Responder(round_, rank, who, key, kept, seen=client.add(keys.in_round(round_, keys.PDB_ASKS), 0))
+    return Responder(round_, rank, who, key, kept, seen=client.add(keys.in_round(round_, keys.PDB_ASKS), 0),
+                     ranks=ranks)
 
 
 # --- the asker's side ------------------------------------------------------------------------
@@ -192,7 +206,7 @@ def ask(world: World, rank: int, key: bytes, *, write: Callable[[str], Any], rea
     line read with ``read_line(prompt)`` (``input``); the stop button or EOF quits it."""
     client = world.client
     n = client.add(world.key(keys.PDB_ASKS), 1)
-    request = Request(n, world.round, rank, world.describe(world.rank))
+    request = Request(n, world.round, rank, world.rank, world.describe(world.rank))
     client.set_json(world.key(keys.pdb_ask(n)), signing.seal(key, ASK, request.record()))
     channel = relay.Channel(client, key, world.round, n, rank)
     tracker = PeerTracker(world.ranks, world.rank)

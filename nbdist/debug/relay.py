@@ -85,18 +85,32 @@ class Channel:
             return False, None
         return True, None if record.get("line") is None else str(record["line"])
 
-    def wait_line(self, idle: float) -> str | None:
-        """The next line typed for this rank (None: end of input, or nobody typed for ``idle`` s)."""
+    def wait_line(self, idle: float, gone: Callable[[], str | None] = lambda: None) -> str | None:
+        """The next line typed for this rank (None: end of input, nobody typed for ``idle`` s, or the asker is
+        ``gone()``)."""
         deadline = time.monotonic() + idle
+        next_look = time.monotonic() + LIVENESS_EVERY
         while True:
             found, line = self.line()
             if found:
                 self.j += 1
                 return line
-            if time.monotonic() >= deadline:
-                self.idle_why = f"no line came for {idle:g} s: the debugger quit"
+            now = time.monotonic()
+            if now >= next_look:
+                next_look = now + LIVENESS_EVERY
+                why = gone()
+                if why is not None:
+                    self._give_up(f"{why}: the debugger quit")
+                    return None
+            if now >= deadline:
+                self._give_up(f"no line came for {idle:g} s: the debugger quit")
                 return None
             time.sleep(POLL)
+
+    def _give_up(self, why: str) -> None:
+        """No line ``j`` will be read: the last chunk goes after it, where an asker that still types looks."""
+        self.idle_why = why
+        self.j += 1
 
     # --- the asker ---
     def send(self, line: str | None) -> None:
@@ -153,8 +167,8 @@ class Output(io.TextIOBase):
 class Input:
     """The debugger's stdin: each ``readline`` sends what it wrote and waits for the next line typed."""
 
-    def __init__(self, channel: Channel, out: Output, idle: float) -> None:
-        self.channel, self.out, self.idle = channel, out, idle
+    def __init__(self, channel: Channel, out: Output, idle: float, gone: Callable[[], str | None]) -> None:
+        self.channel, self.out, self.idle, self.gone = channel, out, idle, gone
         self.prompt = ""
 
     def readline(self) -> str:
@@ -162,16 +176,18 @@ class Input:
         if self.prompt and text.endswith(self.prompt):
             text = text[: -len(self.prompt)]
         self.channel.publish(text, self.prompt or "ipdb> ")
-        line = self.channel.wait_line(self.idle)
+        line = self.channel.wait_line(self.idle, self.gone)
         return "" if line is None else line + "\n"  # "": end of input, which quits the debugger
 
 
-def debug(channel: Channel, tb: TracebackType, idle: float = IDLE_TIMEOUT) -> None:
-    """IPython's debugger, post-mortem on ``tb``, its input and output relayed through ``channel`` until it ends."""
+def debug(channel: Channel, tb: TracebackType, idle: float = IDLE_TIMEOUT,
+          gone: Callable[[], str | None] = lambda: None) -> None:
+    """IPython's debugger, post-mortem on ``tb``, its input and output relayed through ``channel`` until it ends
+    (end of input, ``q`` or ``c``; ``idle`` s with no line; the asker ``gone()``)."""
     from IPython.core.debugger import Pdb
 
     out = Output()
-    stdin = Input(channel, out, idle)
+    stdin = Input(channel, out, idle, gone)
     debugger = Pdb(stdin=stdin, stdout=out, nosigint=True)  # no SIGINT handler: this is not the main thread
     stdin.prompt = debugger.prompt
     debugger.reset()

@@ -170,3 +170,42 @@ def test_the_asker_names_a_debugged_rank_whose_kernel_is_gone(client):
     host = socket.gethostname()
     assert shown == [f"nbdist: rank 1 ({host}, pid 101) is gone: its kernel exited or was killed; its debugger ended "
                      "with it\n"], shown
+
+
+def test_a_second_request_is_told_the_rank_is_busy_and_the_debugger_quits_when_the_asker_is_gone(client):
+    kept = postmortem.Kept()
+    failed_body(kept)
+    world = world_of_two(client)
+    responder = postmortem.Responder(ROUND, 1, "rank 1", KEY, kept, ranks=world.ranks)
+    asker_beat = Heartbeat(client.clone(), "s0", 0)  # the asking notebook, alive
+
+    def request() -> int:
+        n = client.add(keys.in_round(ROUND, keys.PDB_ASKS), 1)
+        client.set_json(keys.in_round(ROUND, keys.pdb_ask(n)),
+                        signing.seal(KEY, postmortem.ASK, postmortem.Request(n, ROUND, 1, asker=0).record()))
+        responder.tick(client)
+        return n
+
+    try:
+        first = request()
+        opened = relay.Channel(client, KEY, ROUND, first, rank=1).receive(30, lambda: None)
+        assert "return x / 0" in ANSI.sub("", opened.text) and opened.end is None, opened
+        second = request()
+        busy = relay.Channel(client, KEY, ROUND, second, rank=1).receive(30, lambda: None)
+        assert busy.end == "rank 1 is already in a %dist_pdb debugger: quit that one first"
+    finally:
+        asker_beat.stop()
+    client.set_json(keys.heartbeat("s0"), {"n": 1, "t": 0.0, "rank": 0, "gone": True})  # its kernel died
+    assert responder.thread is not None
+    responder.thread.join(60)
+    ended = relay.Channel(client, KEY, ROUND, first, rank=1)
+    ended.j = 1
+    chunk = ended.receive(30, lambda: None)
+    assert chunk.end == "the asking notebook, rank 0, is gone: its kernel exited or was killed: the debugger quit"
+    assert not responder.thread.is_alive()
+    third = request()  # the rank is free again
+    again = relay.Channel(client, KEY, ROUND, third, rank=1)
+    assert "return x / 0" in ANSI.sub("", again.receive(30, lambda: None).text)
+    again.send(None)  # end of input: it quits
+    responder.thread.join(60)
+    assert not responder.thread.is_alive()
