@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import os
 import re
+import signal
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -62,6 +65,29 @@ def test_the_driving_notebook_debugs_rank_1s_failure_at_its_failing_frame_with_r
     ok([driving.execute("%%collective\nprint('fine', RANK)", timeout=120)])
     r = driving.execute("%dist_pdb 1", timeout=120, stdin=typing([])[0])
     assert re.search(r"nbdist: rank 1 \(.+\) has no failed cell to debug: its last cell succeeded", text(r)), text(r)
+
+
+@pytest.mark.timeout(300)
+def test_the_driving_notebook_names_rank_1_when_its_kernel_ends_while_in_its_debugger():
+    k = kernels.Kernel()
+    try:
+        ok([k.execute("%load_ext nbdist", timeout=60)])
+        ok([k.execute(f"%dist_init --spawn 2 --master-port {free_port()}", timeout=180)])
+        session = "get_ipython().magics_manager.registry['DistMagics'].session"
+        pid = ast.literal_eval(k.execute("", user_expressions={"p": f"{session}.world.ranks[1]['pid']"})
+                               .expression("p"))
+        assert k.execute(FAILS_ON_RANK_1, timeout=120).status == "error"
+
+        def kill_then_type(prompt: str) -> str:
+            os.kill(pid, signal.SIGKILL)  # rank 1's kernel ends while its debugger waits for this line
+            return "p x"
+
+        r = k.execute("%dist_pdb 1", timeout=120, stdin=kill_then_type)
+        assert r.status == "ok", r.error
+        assert re.search(rf"nbdist: rank 1 \(.+, pid {pid}\) is gone: its kernel exited or was killed; its "
+                         r"debugger ended with it", text(r)), text(r)
+    finally:
+        k.shutdown()
 
 
 @pytest.fixture
