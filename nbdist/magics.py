@@ -416,8 +416,8 @@ class DistMagics(Magics):
         while its kernel is idle between cells, and its input and output come
         here through the rendezvous server: the prompt is labelled with the
         rank (rank 5 (host) ipdb>), and each line typed is signed with the
-        world's key for that rank only. q, c or an empty input ends it; so does
-        the stop button.
+        world's key for that rank only. q or c ends it; so does the stop button
+        while the prompt waits (an empty line repeats the last command, as in pdb).
         """
         args = parse_argstring(self.dist_pdb, line)
         world = self.session.require_world("%dist_pdb")
