@@ -49,9 +49,11 @@ class Kept:
 
     def __init__(self) -> None:
         self._state: tuple[str, BaseException | None, TracebackType | None] = (self.NONE, None, None)
+        self.epoch = 0  # raised as a cell starts or the rank leaves: a debugger on the last failure quits
 
     def begin(self) -> None:
         """A ``%%collective`` starts here: the last one's frames are let go."""
+        self.epoch += 1
         self._state = (self.STARTED, None, None)
 
     def body_ended(self, exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -60,6 +62,7 @@ class Kept:
 
     def clear(self) -> None:
         """This rank left its world."""
+        self.epoch += 1
         self._state = (self.NONE, None, None)
 
     def get(self) -> tuple[BaseException | None, TracebackType | None]:
@@ -163,7 +166,7 @@ class Responder:
                 channel.close_with(self.kept.why_none(self.who))
                 return
             log.info("nbdist: %%dist_pdb from %s: the debugger opens on this rank's failed cell", request.by)
-            relay.debug(channel, tb, self.idle, self._asker_gone(channel.client, request))
+            relay.debug(channel, tb, self.idle, self._over(channel.client, request))
         except StoreConnectionError as exc:
             log.info("nbdist: %%dist_pdb ended: %s", exc)
         except Exception:  # never pass silently: the asker sees no answer, this kernel's log says why
@@ -172,13 +175,22 @@ class Responder:
             channel.client.close()
             self._busy.release()
 
-    def _asker_gone(self, client: StoreClient, request: Request) -> Callable[[], str | None]:
-        """Why the asking notebook's kernel is gone (None while it lives), by its heartbeat."""
-        if not 0 <= request.asker < len(self.ranks) or request.asker == self.rank:
-            return lambda: None
+    def _over(self, client: StoreClient, request: Request) -> Callable[[], str | None]:
+        """Why the debugger must quit while it waits for a line (None: it goes on): this rank's next cell
+        started or it left its world, or the asking notebook's kernel is gone (by its heartbeat)."""
+        epoch = self.kept.epoch
+        asker = request.asker if 0 <= request.asker < len(self.ranks) and request.asker != self.rank else None
         tracker = PeerTracker(self.ranks, self.rank)
-        return lambda: next((f"the asking notebook, rank {i}, {why}" for i, why in tracker.dead(client)
-                             if i == request.asker), None)
+
+        def why() -> str | None:
+            if self.kept.epoch != epoch:
+                return f"{self.who} started its next cell or left its world"
+            if asker is None:
+                return None
+            return next((f"the asking notebook, rank {i}, {why}" for i, why in tracker.dead(client) if i == asker),
+                        None)
+
+        return why
 
 
 def responder(client: StoreClient, round_: int, rank: int, who: str, secret: Callable[[], str], kept: Kept,

@@ -209,3 +209,21 @@ def test_a_second_request_is_told_the_rank_is_busy_and_the_debugger_quits_when_t
     again.send(None)  # end of input: it quits
     responder.thread.join(60)
     assert not responder.thread.is_alive()
+
+
+def test_the_debugger_quits_when_the_debugged_ranks_next_cell_starts(client):
+    kept = postmortem.Kept()
+    failed_body(kept)
+    responder = postmortem.Responder(ROUND, 1, "rank 1", KEY, kept)
+    n = client.add(keys.in_round(ROUND, keys.PDB_ASKS), 1)
+    client.set_json(keys.in_round(ROUND, keys.pdb_ask(n)),
+                    signing.seal(KEY, postmortem.ASK, postmortem.Request(n, ROUND, 1).record()))
+    responder.tick(client)
+    asker = relay.Channel(client, KEY, ROUND, n, rank=1)
+    assert asker.receive(30, lambda: None).end is None  # the debugger waits for a line
+    kept.begin()  # the rank's next %%collective starts: its frames are let go, and the debugger with them
+    asker.j = 1
+    assert asker.receive(30, lambda: None).end == "rank 1 started its next cell or left its world: the debugger quit"
+    assert responder.thread is not None
+    responder.thread.join(60)
+    assert not responder.thread.is_alive()
