@@ -6,6 +6,7 @@ import ast
 import os
 import re
 import signal
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -65,6 +66,24 @@ def test_the_driving_notebook_debugs_rank_1s_failure_at_its_failing_frame_with_r
     ok([driving.execute("%%collective\nprint('fine', RANK)", timeout=120)])
     r = driving.execute("%dist_pdb 1", timeout=120, stdin=typing([])[0])
     assert re.search(r"nbdist: rank 1 \(.+\) has no failed cell to debug: its last cell succeeded", text(r)), text(r)
+
+
+@pytest.mark.timeout(300)
+def test_the_stop_button_at_the_prompt_quits_rank_1s_debugger_there_and_it_can_be_opened_again(driving):
+    assert driving.execute(FAILS_ON_RANK_1, timeout=120).status == "error"
+
+    def stop_button(prompt: str) -> str:
+        driving.interrupt()
+        time.sleep(1.0)  # ipykernel's input() ends at the signal; this reply then comes too late and is dropped
+        return "p x"
+
+    r = driving.execute("%dist_pdb 1", timeout=120, stdin=stop_button)
+    assert r.status == "ok", r.error
+    assert re.search(r"nbdist: left the debugger of rank 1 \(.+\) \(the stop button\)", text(r)), text(r)
+    assert "\n41\n" not in text(r), text(r)
+    answer, prompts = typing(["p x", "q"])  # rank 1 quit its debugger: a new one opens at once
+    r = driving.execute("%dist_pdb 1", timeout=120, stdin=answer)
+    assert r.status == "ok" and "\n41\n" in text(r) and len(prompts) == 2, (r.error, text(r), prompts)
 
 
 @pytest.mark.timeout(300)

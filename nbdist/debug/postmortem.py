@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 ASK = "pdb-ask"  # the purpose requests are sealed for
 ANSWER_TIMEOUT = 10.0  # seconds the asker waits for the rank's first answer (its heartbeat sees a request in 0.5 s)
+QUIT_WAIT = 5.0  # seconds the asker, stopped, waits to see the rank's debugger end
 
 
 class Kept:
@@ -245,6 +246,10 @@ def ask(world: World, rank: int, key: bytes, *, write: Callable[[str], Any], rea
             except EOFError:
                 line = None
             channel.send(line)
-    except KeyboardInterrupt:  # the stop button: quit the debugger there too
+    except KeyboardInterrupt:  # the stop button: quit the debugger there too, and see it end (a moment)
         channel.send(None)
+        try:
+            channel.receive(QUIT_WAIT, gone)
+        except KeyboardInterrupt:  # pressed again: leave at once
+            pass
         write(f"nbdist: left the debugger of {prompt_label} (the stop button)\n")
