@@ -7,7 +7,8 @@ it, reads a line from its user and writes it as line ``j`` (``pdb/<k>/in/<j>``).
 Each is sealed for its direction, request ``k``, world round, the debugged rank
 and ``j``: a line sealed for another rank, request or place is refused (and
 waited past: the asker's own line overwrites it), so a line read from the store
-cannot be replayed.
+cannot be replayed. Each chunk and line is deleted once read: the store keeps
+no session's text.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class Channel:
                 log.warning("nbdist: %%dist_pdb line #%d of request #%d did not verify (not signed for this rank, "
                             "request and place): refused", self.j, self.n)
             return False, None
+        self.client.delete(self._key_of(keys.pdb_in(self.n, self.j)))  # read once: the store keeps no session
         return True, None if record.get("line") is None else str(record["line"])
 
     def wait_line(self, idle: float, gone: Callable[[], str | None] = lambda: None) -> str | None:
@@ -125,9 +127,11 @@ class Channel:
         next_look = time.monotonic() + LIVENESS_EVERY
         warned = False
         while True:
-            record = self.client.get_json_if(self._key_of(keys.pdb_out(self.n, self.j)))
+            key = self._key_of(keys.pdb_out(self.n, self.j))
+            record = self.client.get_json_if(key)
             if record is not None:
                 if self._verified(OUT, record):
+                    self.client.delete(key)
                     return Chunk(str(record.get("text", "")), str(record.get("prompt", "")), record.get("end"))
                 if not warned:
                     log.warning("nbdist: %%dist_pdb output #%d did not verify: refused", self.j)

@@ -141,9 +141,10 @@ def test_a_forged_a_replayed_and_another_ranks_line_are_refused(client):
     relay.Channel(client, KEY, ROUND, n, rank=5).send("p secret")  # signed, but for rank 5
     assert debugged.line() == (False, None)
     asker.send("p x")  # the genuine line overwrites what was there
-    assert debugged.wait_line(30) == "p x"
-
     genuine = client.get_json_if(line_key)
+    assert debugged.wait_line(30) == "p x"
+    assert client.get_json_if(line_key) is None  # read once, then gone from the store
+
     client.set_json(keys.in_round(ROUND, keys.pdb_in(n, 1)), genuine)  # replayed at the next place
     assert debugged.line() == (False, None)
     client.set_json(keys.in_round(ROUND, keys.pdb_in(n + 1, 0)), genuine)  # replayed in the next request
