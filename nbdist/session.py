@@ -212,17 +212,11 @@ class Session:
         world, heartbeat = self.world, self.heartbeat
         assert world is not None and heartbeat is not None
         heartbeat.add_chore(where.responder(world.client, world.round, world.rank, self.secret).tick)
-        heartbeat.add_chore(postmortem.responder(world.client, world.round, world.rank, postmortem.label(
-            world, world.rank), self.secret, self.kept, world.ranks).tick)
+        heartbeat.add_chore(postmortem.responder(world, self.secret, self.kept).tick)
 
     def pdb(self, rank: int, timeout: float) -> None:
         """%dist_pdb: the debugger at ``rank``'s failed cell, here (:mod:`nbdist.debug.postmortem`)."""
-        world = self.require_world("%dist_pdb")
-        if rank == world.rank:
-            postmortem.local(self.kept, postmortem.label(world, rank), sys.stdout.write)
-        else:
-            postmortem.ask(world, rank, signing.key_from(self.secret()), write=sys.stdout.write, read_line=input,
-                           timeout=timeout)
+        postmortem.debug(self.require_world("%dist_pdb"), rank, self.kept, self.secret, timeout)
 
     def where(self, threads: bool, native: bool, timeout: float) -> str:
         """%dist_where: where every rank is now, as a report."""

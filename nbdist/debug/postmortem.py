@@ -194,15 +194,14 @@ class Responder:
         return why
 
 
-def responder(client: StoreClient, round_: int, rank: int, who: str, secret: Callable[[], str], kept: Kept,
-              ranks: list[dict[str, Any]] | None = None) -> Responder:
-    """A rank's responder for world round ``round_``: requests made before it joined are not for it."""
+def responder(world: World, secret: Callable[[], str], kept: Kept) -> Responder:
+    """This rank's responder in ``world``: requests made before it joined are not for it."""
     try:
         key: bytes | None = signing.key_from(secret())
     except signing.SigningError:
         key = None  # %dist_where says why, to whoever asks it
-    return Responder(round_, rank, who, key, kept, seen=client.add(keys.in_round(round_, keys.PDB_ASKS), 0),
-                     ranks=ranks)
+    return Responder(world.round, world.rank, label(world, world.rank), key, kept,
+                     seen=world.client.add(world.key(keys.PDB_ASKS), 0), ranks=world.ranks)
 
 
 # --- the asker's side ------------------------------------------------------------------------
@@ -211,6 +210,14 @@ def label(world: World, rank: int) -> str:
     """The prompt's label: ``rank 5 (host)``."""
     info = world.ranks[rank] if rank < len(world.ranks) else {}
     return f"rank {rank} ({info.get('host', socket.gethostname())})"
+
+
+def debug(world: World, rank: int, kept: Kept, secret: Callable[[], str], timeout: float = ANSWER_TIMEOUT) -> None:
+    """``%dist_pdb RANK``: this rank's post-mortem here (:func:`local`), another's relayed (:func:`ask`)."""
+    if rank == world.rank:
+        local(kept, label(world, rank), sys.stdout.write)
+    else:
+        ask(world, rank, signing.key_from(secret()), write=sys.stdout.write, read_line=input, timeout=timeout)
 
 
 def ask(world: World, rank: int, key: bytes, *, write: Callable[[str], Any], read_line: Callable[[str], str],

@@ -50,7 +50,7 @@ def failed_body(kept: postmortem.Kept) -> None:
 
 def rank_one_answering(client: StoreClient, kept: postmortem.Kept) -> Heartbeat:
     """Rank 1's real heartbeat (this process stands for it), answering %dist_pdb from its kept failure."""
-    responder = postmortem.responder(client, ROUND, 1, "rank 1", lambda: TOKEN, kept)
+    responder = postmortem.responder(world_of_two(client, rank=1), lambda: TOKEN, kept)
     beat = Heartbeat(client.clone(), "s1", 1)
     beat.add_chore(responder.tick)
     return beat
@@ -105,10 +105,11 @@ def test_a_rank_whose_last_cell_succeeded_or_whose_next_cell_started_has_nothing
     failed_body(kept)
     kept.begin()
     text, _ = debug_rank_one(client, kept, [])
-    assert "nbdist: rank 1 has no failed cell to debug since its next cell started" in text
+    host = socket.gethostname()
+    assert f"nbdist: rank 1 ({host}) has no failed cell to debug since its next cell started" in text
     kept.body_ended(None, None)
     text, _ = debug_rank_one(client, kept, [])
-    assert "nbdist: rank 1 has no failed cell to debug: its last cell succeeded" in text
+    assert f"nbdist: rank 1 ({host}) has no failed cell to debug: its last cell succeeded" in text
     assert kept.get() == (None, None)
 
 
