@@ -133,3 +133,7 @@ def test_in_a_peer_world_each_notebook_debugs_its_own_rank_and_the_others(peers)
     assert r.status == "ok", r.error
     assert len(prompts) == 2 and prompts[0].startswith("rank 0 ("), prompts
     assert "\n30\n" in text(r), text(r)
+
+    ok(kernels.execute_all(peers, "%%collective\nprint('fine', RANK)", timeout=120))
+    r = peers[0].execute("%dist_pdb 0", timeout=120, stdin=typing([])[0])
+    assert re.search(r"nbdist: rank 0 \(.+\) has no failed cell to debug: its last cell succeeded", text(r)), text(r)

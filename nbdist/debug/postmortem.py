@@ -87,7 +87,7 @@ def local(kept: Kept, who: str, write: Callable[[str], Any]) -> None:
     """IPython's post-mortem on this rank's kept traceback, in the kernel, as ``%debug`` runs it."""
     exc, tb = kept.get()
     if exc is None or tb is None:
-        write(kept.why_none(who) + "\n")
+        write(f"nbdist: {kept.why_none(who)}\n")
         return
     from IPython.core.debugger import InterruptiblePdb
     from IPython.core.display_trap import DisplayTrap
