@@ -400,6 +400,39 @@ class DistMagics(Magics):
         args = parse_argstring(self.dist_where, line)
         print(self.session.where(args.threads, args.native, _seconds("--timeout", args.timeout)))
 
+    @magic_arguments()
+    @argument("rank", nargs="?", help="the rank to debug (default: the first rank whose body failed in the last "
+                                      "cell shown here, else this notebook's own)")
+    @argument("--timeout", default=10.0, metavar="S", help="seconds to wait for the rank to answer (default 10)")
+    @line_magic
+    def dist_pdb(self, line: str) -> None:
+        """Open the debugger at a rank's failing frame after a %%collective failed, like %debug.
+
+        Each rank keeps the traceback of its last failed %%collective body until
+        its next %%collective starts (nothing for a body that succeeded). For
+        this notebook's own rank it is IPython's post-mortem, as %debug. For
+        another rank (a driven world's workers, another peer notebook), that
+        rank runs IPython's debugger on its kept frames in a thread of its own,
+        while its kernel is idle between cells, and its input and output come
+        here through the rendezvous server: the prompt is labelled with the
+        rank (rank 5 (host) ipdb>), and each line typed is signed with the
+        world's key for that rank only. q or c ends it; so does the stop button
+        while the prompt waits (an empty line repeats the last command, as in pdb).
+        """
+        args = parse_argstring(self.dist_pdb, line)
+        world = self.session.require_world("%dist_pdb")
+        if args.rank is None:
+            failing = outcome_view.failing_ranks(self.last_outcome.captures if self.last_outcome else [])
+            rank = failing[0] if failing else world.rank
+        else:
+            try:
+                rank = int(args.rank)
+            except ValueError:
+                raise UsageError(f"%dist_pdb: {args.rank!r} is not a rank (0..{world.world_size - 1})") from None
+        if not 0 <= rank < world.world_size:
+            raise UsageError(f"%dist_pdb: this world has ranks 0..{world.world_size - 1}, not {rank}")
+        self.session.pdb(rank, _seconds("--timeout", args.timeout))
+
     @line_magic
     def dist_stop(self, line: str) -> None:
         """End the cell every other rank is running, within 2 s; each fails naming this notebook.

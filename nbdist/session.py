@@ -25,6 +25,7 @@ from .cell.plain import PlainNet
 from .cell.stopper import Stopper
 from .cell.turn import Phase
 from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig
+from .debug import postmortem
 from .drive import follow
 from .drive.slurm import SlurmJob
 from .drive.workers import Workers
@@ -103,6 +104,7 @@ class Session:
         self.view: str | None = None  # %dist_config view=: how this notebook draws tables (None: by the ranks)
         self.threads_before: int | None = None  # torch's thread count before nbdist set it (backend.threads)
         self.run_body = cells.watched_body  # how a %%collective's body runs (the interleaving explorer's has none)
+        self.kept = postmortem.Kept()  # this rank's last failed %%collective body, for %dist_pdb
 
     # --- joining ------------------------------------------------------------
     def prepare(self) -> None:
@@ -210,6 +212,11 @@ class Session:
         world, heartbeat = self.world, self.heartbeat
         assert world is not None and heartbeat is not None
         heartbeat.add_chore(where.responder(world.client, world.round, world.rank, self.secret).tick)
+        heartbeat.add_chore(postmortem.responder(world, self.secret, self.kept).tick)
+
+    def pdb(self, rank: int, timeout: float) -> None:
+        """%dist_pdb: the debugger at ``rank``'s failed cell, here (:mod:`nbdist.debug.postmortem`)."""
+        postmortem.debug(self.require_world("%dist_pdb"), rank, self.kept, self.secret, timeout)
 
     def where(self, threads: bool, native: bool, timeout: float) -> str:
         """%dist_where: where every rank is now, as a report."""
@@ -420,6 +427,7 @@ class Session:
         """
         world = self.require_world("%%collective")
         assert self.watch_client is not None
+        self.kept.begin()
         if self.stop_pressed:  # as the cell began (nbdist.cell.prestart): it takes its step, closed (after_cell)
             self.stop_pressed = False
             raise KeyboardInterrupt
@@ -445,7 +453,8 @@ class Session:
             return cells.run(world, self.shell, source, flags, self.watch_client, self.hooks.params,
                              activate=self._activate, rebuild=lambda n: self.rebuild_process_group(f"t{n}", n),
                              turn=self.turn, state=self.group_state(world, gen), stopper=self.stopper,
-                             driver=driver, draw_live=self.process == "kernel", run_body=self.run_body)
+                             driver=driver, draw_live=self.process == "kernel", run_body=self.run_body,
+                             keep=self.kept.body_ended)
         except StoreConnectionError as exc:
             marker = world.client.marker
             hosts = [i for i, r in enumerate(world.ranks)
@@ -591,6 +600,7 @@ class Session:
                 self.world.pg.destroy()
             self.world = None
         self.hooks.active, self.hooks.pg = None, None
+        self.kept.clear()
         self.user_init.uninstall()
         destroy_default()
         self.debug.restore()

@@ -69,7 +69,7 @@ LOOPBACK = Route(master_ip="127.0.0.1", local_ip="127.0.0.1", interface="lo", ma
 BLANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "NBDIST_TOKEN", "BACKEND",
              "DEVICE_ID", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HCCL_IF_BASE_PORT")
 # ipyparallel's %%px and nbdistributed's %%distributed, for comparison; IPython's %timeit, which export refuses
-FOREIGN_MAGICS = {"px", "distributed", "timeit"}
+FOREIGN_MAGICS = {"px", "distributed", "timeit", "debug"}  # others' magics, named for comparison (%debug: IPython's)
 
 # --- what is decided for each item: run (by which test), checked only, or skipped -------------------------
 # Keys are regular expressions that must match an item's whole text (whitespace collapsed).
@@ -215,6 +215,8 @@ SKIP = {
                                                    "(root), with ipyparallel beside nbdist; the script and its flags "
                                                    "are checked",
     r"%%px": "ipyparallel's magic, named for comparison: not nbdist's",
+    r"%debug": "IPython's post-mortem, named as what %dist_pdb is like: tests/test_postmortem.py runs %dist_pdb for "
+               "a notebook's own rank, which is IPython's post-mortem",
     r"%timeit": "IPython's magic, named as one that nbdist export refuses: tests/job/test_convert.py refuses it",
     r"nbdist export(?: .*)?": "writes and runs notebooks as scripts under torchrun: tests/test_export.py runs it on "
                               "every example notebook (--run 2), and with -o, --allow-ipython and a script's flags "
@@ -226,6 +228,8 @@ SKIP = {
     r"%dist_where(?: .*)?": "asks every rank of a spawned world where it is: tests/test_where.py::"
                             "test_dist_where_in_the_idle_driving_notebook_shows_both_ranks_with_native_frames_or_why_"
                             "not runs it",
+    r"%dist_pdb(?: .*)?": "opens the debugger on rank 1 of a spawned world: tests/test_postmortem.py::test_the_"
+                          "driving_notebook_debugs_rank_1s_failure_at_its_failing_frame_with_rank_1s_values runs it",
     r"nbdist where(?: .*)?": "asks the ranks of a world while its driving notebook hangs: tests/test_where.py::"
                              "test_a_hang_in_all_reduce_is_named_by_collective_group_and_missing_rank_and_the_stop_"
                              "button_ends_it runs it",

@@ -17,6 +17,8 @@ import sys
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
+from types import TracebackType
 from typing import Any
 
 from IPython.core.displaypub import DisplayPublisher
@@ -205,13 +207,17 @@ def _transformed(transform: Any, source: str) -> str:
     return str(transform(source))
 
 
-def run_cell(shell: Any, source: str, log: OutputLog | None = None) -> dict[str, Any]:
+Keep = Callable[[BaseException | None, TracebackType | None], None]  # told how a body ended (%dist_pdb keeps it)
+
+
+def run_cell(shell: Any, source: str, log: OutputLog | None = None, keep: Keep | None = None) -> dict[str, Any]:
     """Run ``source`` in the user's namespace like IPython would; return what it produced.
 
     The result has ``outputs`` (stream text and displays in the order they came,
     see :mod:`nbdist.cell.outputlog`), ``result`` (mime bundle of the last
     expression), ``error`` (or None) and ``wall``. ``log`` lets a watcher
-    read the outputs while the body runs.
+    read the outputs while the body runs. ``keep`` is told the body's exception and its traceback from the
+    cell's own frames (None, None: it raised nothing).
     """
     log = OutputLog() if log is None else log
     stdout, stderr = routed_streams()
@@ -222,7 +228,7 @@ def run_cell(shell: Any, source: str, log: OutputLog | None = None) -> dict[str,
     start = time.perf_counter()
     wall = 0.0
     try:
-        error, result, wall = _run_body(shell, source, log, stdout, stderr, saved, start)
+        error, result, wall = _run_body(shell, source, log, stdout, stderr, saved, start, keep)
     except BaseException as late:  # noqa: BLE001
         # A stop (--max-time, a stop of every rank) signalled while the body was ending lands here, in
         # nbdist's own bookkeeping: it is the body's error, so this rank still reaches the cell's end.
@@ -234,9 +240,10 @@ def run_cell(shell: Any, source: str, log: OutputLog | None = None) -> dict[str,
 
 
 def _run_body(shell: Any, source: str, log: OutputLog, stdout: Any, stderr: Any, saved: Any,
-              start: float) -> tuple[dict[str, Any] | None, dict[str, str] | None, float]:
+              start: float, keep: Keep | None) -> tuple[dict[str, Any] | None, dict[str, str] | None, float]:
     result: dict[str, str] | None = None
     error = None
+    failed: BaseException | None = None
     try:
         # A blank first line stands for the %%collective line, so line numbers are the notebook cell's own.
         transformed = "\n" + _transformed(shell.transform_cell, source)
@@ -250,12 +257,16 @@ def _run_body(shell: Any, source: str, log: OutputLog, stdout: Any, stderr: Any,
     except BaseException as exc:  # every failure is the user's, shown in the table
         error = _format_error(exc, skip=1)
         error["interrupted"] = isinstance(exc, KeyboardInterrupt) and not isinstance(exc, StopRequest)
+        failed = exc
     finally:
         wall = time.perf_counter() - start
         try:
             _flush_figures()  # what the inline backend would draw after the cell belongs in this rank's column
         finally:
             stdout.target, stderr.target, shell.display_pub = None, None, saved
+    if keep is not None:  # the traceback without this frame: the debugger opens in the cell's own code
+        tb = failed.__traceback__ if failed is not None else None
+        keep(failed, tb.tb_next if tb is not None and tb.tb_next is not None else tb)
     return error, result, wall
 
 

@@ -201,6 +201,7 @@ class Body:
     driver: int | None
     activate: Callable[[Checker | None], None]
     turn: Turn
+    keep: capture.Keep | None = None  # told how the body ended (%dist_pdb keeps a failure)
 
 
 def watched_body(b: Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
@@ -213,7 +214,7 @@ def watched_body(b: Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
             b.stopper.arm()
         try:
             with b.turn.stops.released():
-                cap = capture.run_cell(b.shell, b.source, b.output)
+                cap = capture.run_cell(b.shell, b.source, b.output, b.keep)
         finally:
             if b.stopper is not None:
                 b.stopper.pause()  # the body is over: from here on a stop must not land in this cell's bookkeeping
@@ -226,7 +227,7 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
         params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[int], None],
         turn: Turn, state: dict[str, Any], stopper: Stopper | None = None, driver: int | None = None,
         draw_live: bool = True, run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]]
-        = watched_body) -> Outcome:
+        = watched_body, keep: capture.Keep | None = None) -> Outcome:
     """Run ``source`` on this rank as the world's step ``turn.step``, in lockstep with the others (see the module
     docstring).
 
@@ -238,14 +239,15 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
     no rank waits for it. ``stopper`` lets the watcher end the body (--max-time, a stop of every rank);
     ``driver``, on a follower, is the rank whose stop button ends this body too; ``draw_live`` False (a
     rank with no front end, ``nbdist follow``): it publishes its part of the live table and draws none.
-    ``run_body`` runs the body (:func:`watched_body`; the interleaving explorer's ranks have none).
+    ``run_body`` runs the body (:func:`watched_body`; the interleaving explorer's ranks have none);
+    ``keep`` is told how it ended (:func:`nbdist.cell.capture.run_cell`).
     """
     step = turn.step
     assert step is not None, "the turn claims its step first"
     with turn.guarded(world, source):
         with turn.stops.held(take=False):  # a press it did not take came as the cell ended: nothing left to stop
             outcome = _run(world, step, step_name(step), shell, source, flags, watch_client, params, activate,
-                           rebuild, stopper, driver, state, draw_live, turn, run_body)
+                           rebuild, stopper, driver, state, draw_live, turn, run_body, keep)
         turn.stops.drop()
         return outcome
 
@@ -253,7 +255,8 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
 def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
          params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[int], None],
          stopper: Stopper | None, driver: int | None, state: dict[str, Any], draw_live: bool, turn: Turn,
-         run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]]) -> Outcome:
+         run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]],
+         keep: capture.Keep | None = None) -> Outcome:
     label = f"%%collective #{n}"
     timeout = flags.timeout
     digest = hashlib.sha256(source.encode()).hexdigest()
@@ -293,7 +296,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     else:
         world.note(f"running {label}", cell=n, body=cell)
         cap, reason, interrupted = run_body(Body(world, watch_client, cell, label, shell, source, output, checker,
-                                                 live, flags, stopper, driver, activate, turn))
+                                                 live, flags, stopper, driver, activate, turn, keep))
     turn.enter(Phase.ENDING)
     live.finish(cap)
     record: dict[str, Any]

@@ -9,7 +9,7 @@ from typing import Any
 
 from IPython.display import display, update_display
 
-from ..view import trace
+from ..view import ranksets, trace
 from ..view.celltable import CellTable, cell_table
 from ..view.display import Message
 from ..view.timeline import Timeline
@@ -35,7 +35,7 @@ def final_table(world: Any, outcome: cells.Outcome) -> CellTable:
         title += " · partial: some ranks sent no result"
     drawn = cell_table(title, world.ranks, shown, view=outcome.view,
                        show=None if outcome.show is None else list(outcome.show))
-    drawn.footer = group_note(outcome)
+    drawn.footer = "\n".join(note for note in (group_note(outcome), debug_hint(captures)) if note)
     return drawn
 
 
@@ -60,3 +60,22 @@ def group_note(outcome: cells.Outcome) -> str:
         again = f" Re-create what held the old one: {held}." if outcome.holders else ""
         return f"nbdist: the process group was rebuilt before this cell ({outcome.rebuilt}).{again}"
     return ""
+
+
+def failing_ranks(captures: list[dict[str, Any] | None]) -> list[int]:
+    """The ranks whose body raised an error of its own (not the stop button, not a collective the cell cut)."""
+    failing = []
+    for i, cap in enumerate(captures):
+        error = (cap or {}).get("error")
+        if error and not error.get("interrupted") and not error.get("consequence") and not (cap or {}).get("cancelled"):
+            failing.append(i)
+    return failing
+
+
+def debug_hint(captures: list[dict[str, Any] | None]) -> str:
+    """The failed cell's one line offering the debugger (%dist_pdb), "" when no rank's body failed of its own."""
+    failing = failing_ranks(captures)
+    if not failing:
+        return ""
+    more = f" (failed: ranks {ranksets.fold(failing)})" if len(failing) > 1 else ""
+    return f"Debug a failing rank: %dist_pdb {failing[0]}{more}"

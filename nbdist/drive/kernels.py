@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -79,8 +79,10 @@ class Result:
         return value["data"]["text/plain"]
 
 
-def execute(client: Any, code: str, timeout: float = 120, user_expressions: dict[str, str] | None = None) -> Result:
-    """Run ``code`` through a blocking kernel client and collect what it showed."""
+def execute(client: Any, code: str, timeout: float = 120, user_expressions: dict[str, str] | None = None,
+            stdin: Callable[[str], str] | None = None) -> Result:
+    """Run ``code`` through a blocking kernel client and collect what it showed; ``stdin(prompt)`` answers each
+    ``input()`` it asks for (None: the kernel may not ask)."""
     outputs: list[dict[str, Any]] = []
 
     def hook(msg: dict[str, Any]) -> None:
@@ -88,7 +90,8 @@ def execute(client: Any, code: str, timeout: float = 120, user_expressions: dict
             outputs.append({"msg_type": msg["msg_type"], "content": msg["content"]})
 
     reply = client.execute_interactive(
-        code, timeout=timeout, output_hook=hook, user_expressions=user_expressions or {}, allow_stdin=False
+        code, timeout=timeout, output_hook=hook, user_expressions=user_expressions or {}, allow_stdin=stdin is not None,
+        stdin_hook=None if stdin is None else lambda msg: client.input(stdin(msg["content"]["prompt"])),
     )
     content = reply["content"]
     error = None
@@ -112,10 +115,12 @@ class Kernel:
         self.client.wait_for_ready(timeout=60)
 
     def execute(
-        self, code: str, timeout: float = 120, user_expressions: dict[str, str] | None = None
+        self, code: str, timeout: float = 120, user_expressions: dict[str, str] | None = None,
+        stdin: Callable[[str], str] | None = None,
     ) -> Result:
-        """Run ``code``; raise TimeoutError if the kernel is not idle within ``timeout`` s."""
-        return execute(self.client, code, timeout, user_expressions)
+        """Run ``code``; raise TimeoutError if the kernel is not idle within ``timeout`` s. ``stdin(prompt)``
+        answers each ``input()`` the code asks for."""
+        return execute(self.client, code, timeout, user_expressions, stdin)
 
     def interrupt(self) -> None:
         self.manager.interrupt_kernel()

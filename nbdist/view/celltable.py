@@ -23,7 +23,7 @@ from typing import Any
 
 from . import grouped, ranksets, sanitize
 from .align import align
-from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, STDERR_STYLE, TABLE_STYLE, text_html
+from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, STDERR_STYLE, TABLE_STYLE, footer_html, text_html
 from .grouped import labelled
 from .numbers import template
 from .shrink import DROPPED  # in a bundle: what was left out to fit the store, and why
@@ -203,7 +203,7 @@ class CellTable:
             note = "<br><small>≠ differs between ranks</small>" if marked else ""
             tds = "".join(f'<td style="{style}">{"".join(p.html for p in pieces)}</td>' for pieces in row.per_rank)
             body.append(f'<tr><th style="{style}">{html.escape(row.label)}{note}</th>{tds}</tr>')
-        foot = f"<div><small>{html.escape(self.footer)}</small></div>" if self.footer else ""
+        foot = f"<div><small>{footer_html(self.footer)}</small></div>" if self.footer else ""
         return (f'<div class="nbdist"><div><b>{html.escape(self.title)}</b></div>'
                 f'<table style="{TABLE_STYLE}"><thead><tr><th style="{CELL_STYLE}"></th>'
                 f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{foot}</div>")

@@ -49,6 +49,11 @@ def _ansi() -> Any:
     return Ansi2HTMLConverter(inline=True)
 
 
+def footer_html(footer: str) -> str:
+    """A table's footer: each of its lines on a line of its own."""
+    return "<br>".join(html.escape(line) for line in footer.split("\n"))
+
+
 def text_html(text: str) -> str:
     """Rank text as HTML: escaped, with terminal colours (ANSI escapes) turned into styled spans."""
     if "\x1b[" not in text:
@@ -128,7 +133,7 @@ class SideBySide:
             note = "<br><small>≠ differs between ranks</small>" if marked else ""
             tds = "".join(f'<td style="{style}">{c.render()}</td>' for c in cells)
             body.append(f'<tr><th style="{style}">{html.escape(label)}{note}</th>{tds}</tr>')
-        foot = f"<div><small>{html.escape(self.footer)}</small></div>" if self.footer else ""
+        foot = f"<div><small>{footer_html(self.footer)}</small></div>" if self.footer else ""
         return (
             f'<div class="nbdist"><div><b>{html.escape(self.title)}</b></div>'
             f'<table style="{TABLE_STYLE}"><thead><tr><th style="{CELL_STYLE}"></th>'

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import ranksets
-from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, TABLE_STYLE
+from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, TABLE_STYLE, footer_html
 from .numbers import summarise
 
 # The table, its rows and pieces are :mod:`nbdist.view.celltable`'s (which imports this module: duck-typed here).
@@ -233,7 +233,7 @@ def to_html(table: CellTable) -> str:
         body.append(f'<tr><th style="{style}">{html.escape(row.label)}'
                     f'{"<br><small>" + note + "</small>" if note else ""}</th>{tds}</tr>')
     more = _more_html(table, hidden, found) if hidden else ""
-    foot = f"<div><small>{html.escape(table.footer)}</small></div>" if table.footer else ""
+    foot = f"<div><small>{footer_html(table.footer)}</small></div>" if table.footer else ""
     return (f'<div class="nbdist"><div><b>{html.escape(table.title)}</b></div>'
             f'<table style="{TABLE_STYLE}"><thead><tr><th style="{CELL_STYLE}"></th>'
             f"{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}{_per_rank_html(table)}"

@@ -38,6 +38,10 @@ A round (``r/<r>/`` + the names below)::
     where/asks, where/<k>/ask, where/<k>/rank/<i>, where/<k>/answered
                                   %dist_where (:mod:`nbdist.debug.where`): how many asked; the k-th request;
                                   rank i's answer; how many answered
+    pdb/asks, pdb/<k>/ask, pdb/<k>/out/<j>, pdb/<k>/in/<j>
+                                  %dist_pdb (:mod:`nbdist.debug.postmortem`): how many asked; the k-th request
+                                  (it names the rank to debug); that rank's debugger output up to its j-th
+                                  prompt; the j-th line typed for it
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ DRIVE_SEQ = "drive/seq"
 DRIVE_FOLLOWERS = "drive/followers"
 DRIVE_REFUSED = "drive/refused"
 WHERE_ASKS = "where/asks"
+PDB_ASKS = "pdb/asks"
 
 
 def rank(i: int) -> str:
@@ -116,6 +121,18 @@ def where_answer(k: int, i: int) -> str:
 
 def where_answered(k: int) -> str:
     return f"where/{k}/answered"
+
+
+def pdb_ask(k: int) -> str:
+    return f"pdb/{k}/ask"
+
+
+def pdb_out(k: int, j: int) -> str:
+    return f"pdb/{k}/out/{j}"
+
+
+def pdb_in(k: int, j: int) -> str:
+    return f"pdb/{k}/in/{j}"
 
 
 def process_group(tag: str) -> str:

@@ -35,6 +35,9 @@ TAKES_KEYS = {"set", "get", "get_if", "get_json_if", "set_json", "add", "check",
     (keys.plain_failed(4), "plain/failed/4"),
     (keys.drive(9), "drive/9"),
     (keys.stop(2), "stop/2"),
+    (keys.pdb_ask(3), "pdb/3/ask"),
+    (keys.pdb_out(3, 1), "pdb/3/out/1"),
+    (keys.pdb_in(3, 1), "pdb/3/in/1"),
 ])
 def test_the_keys_are_the_layout_the_module_documents(built: object, expected: object) -> None:
     assert built == expected

@@ -1,0 +1,199 @@
+"""A debugger's input and output relayed through the store, every part sealed with the world's key.
+
+The debugged rank runs IPython's debugger with :class:`Output` as its stdout and
+:class:`Input` as its stdin. When the debugger reads a line, what it wrote up to
+its prompt goes to the store as chunk ``j`` (``pdb/<k>/out/<j>``); the asker shows
+it, reads a line from its user and writes it as line ``j`` (``pdb/<k>/in/<j>``).
+Each is sealed for its direction, request ``k``, world round, the debugged rank
+and ``j``: a line sealed for another rank, request or place is refused (and
+waited past: the asker's own line overwrites it), so a line read from the store
+cannot be replayed. Each chunk and line is deleted once read: the store keeps
+no session's text.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from ..world import keys, signing
+from ..world.store import StoreClient
+
+log = logging.getLogger(__name__)
+
+OUT, IN = "pdb-out", "pdb-in"  # the purposes chunks and lines are sealed for
+IDLE_TIMEOUT = 1800.0  # seconds either side waits for the other (a person reading code) before the debugger quits
+POLL = 0.05  # seconds between looks at the store while waiting
+LIVENESS_EVERY = 1.0  # seconds between looks at the debugged rank's heartbeat
+CHUNK_CHARS = 1_000_000  # a chunk of output is cut to this (the store drops a client over 8 MiB values)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """The debugger's output up to its ``prompt``, or its last output and why it ended (``end``)."""
+
+    text: str
+    prompt: str = ""
+    end: str | None = None
+
+
+class Channel:
+    """One debugger session's records in the store, for request ``n`` of world round ``round_``, rank ``rank``."""
+
+    def __init__(self, client: StoreClient, key: bytes, round_: int, n: int, rank: int) -> None:
+        self.client, self._key, self.round, self.n, self.rank = client, key, round_, n, rank
+        self.j = 0  # the next chunk and line
+        self.idle_why = ""
+        self.refused: set[int] = set()  # lines that did not verify (each logged once)
+
+    def _key_of(self, name: str) -> str:
+        return keys.in_round(self.round, name)
+
+    def _fields(self) -> dict[str, Any]:
+        return {"n": self.n, "round": self.round, "rank": self.rank, "j": self.j}
+
+    def _verified(self, purpose: str, record: Any) -> bool:
+        return signing.sealed(self._key, purpose, record) and all(record.get(k) == v for k, v in self._fields().items())
+
+    # --- the debugged rank ---
+    def publish(self, text: str, prompt: str = "", end: str | None = None) -> None:
+        if len(text) > CHUNK_CHARS:
+            half = CHUNK_CHARS // 2
+            text = f"{text[:half]}\n… [{len(text) - 2 * half:,} characters cut] …\n{text[-half:]}"
+        record = {**self._fields(), "text": text, "prompt": prompt, "end": end}
+        self.client.set_json(self._key_of(keys.pdb_out(self.n, self.j)), signing.seal(self._key, OUT, record))
+
+    def close_with(self, why: str, text: str = "") -> None:
+        """The last chunk: the debugger ended (or never opened), and why."""
+        self.publish(text, end=why)
+
+    def line(self) -> tuple[bool, str | None]:
+        """Line ``j``, if it is in the store and verifies: (True, the line, None for end of input); else
+        (False, None). A refused one is logged once."""
+        record = self.client.get_json_if(self._key_of(keys.pdb_in(self.n, self.j)))
+        if record is None:
+            return False, None
+        if not self._verified(IN, record):
+            if self.j not in self.refused:
+                self.refused.add(self.j)
+                log.warning("nbdist: %%dist_pdb line #%d of request #%d did not verify (not signed for this rank, "
+                            "request and place): refused", self.j, self.n)
+            return False, None
+        self.client.delete(self._key_of(keys.pdb_in(self.n, self.j)))  # read once: the store keeps no session
+        return True, None if record.get("line") is None else str(record["line"])
+
+    def wait_line(self, idle: float, gone: Callable[[], str | None] = lambda: None) -> str | None:
+        """The next line typed for this rank (None: end of input, nobody typed for ``idle`` s, or the asker is
+        ``gone()``)."""
+        deadline = time.monotonic() + idle
+        next_look = time.monotonic() + LIVENESS_EVERY
+        while True:
+            found, line = self.line()
+            if found:
+                self.j += 1
+                return line
+            now = time.monotonic()
+            if now >= next_look:
+                next_look = now + LIVENESS_EVERY
+                why = gone()
+                if why is not None:
+                    self._give_up(f"{why}: the debugger quit")
+                    return None
+            if now >= deadline:
+                self._give_up(f"no line came for {idle:g} s: the debugger quit")
+                return None
+            time.sleep(POLL)
+
+    def _give_up(self, why: str) -> None:
+        """No line ``j`` will be read: the last chunk goes after it, where an asker that still types looks."""
+        self.idle_why = why
+        self.j += 1
+
+    # --- the asker ---
+    def send(self, line: str | None) -> None:
+        """Line ``j`` for the debugged rank (None: end of input, which quits its debugger)."""
+        record = signing.seal(self._key, IN, {**self._fields(), "line": line})
+        self.client.set_json(self._key_of(keys.pdb_in(self.n, self.j)), record)
+        self.j += 1
+
+    def receive(self, timeout: float, gone: Callable[[], str | None]) -> Chunk:
+        """Chunk ``j`` once it verifies; an ending chunk if the debugged rank is ``gone()`` or silent ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        next_look = time.monotonic() + LIVENESS_EVERY
+        warned = False
+        while True:
+            key = self._key_of(keys.pdb_out(self.n, self.j))
+            record = self.client.get_json_if(key)
+            if record is not None:
+                if self._verified(OUT, record):
+                    self.client.delete(key)
+                    return Chunk(str(record.get("text", "")), str(record.get("prompt", "")), record.get("end"))
+                if not warned:
+                    log.warning("nbdist: %%dist_pdb output #%d did not verify: refused", self.j)
+                    warned = True
+            now = time.monotonic()
+            if now >= next_look:
+                next_look = now + LIVENESS_EVERY
+                why = gone()
+                if why is not None:
+                    return Chunk("", end=f"{why}; its debugger ended with it")
+            if now >= deadline:
+                return Chunk("", end=f"no answer from rank {self.rank} within {timeout:g} s (its Python may be busy "
+                                     "in one long call: %dist_status says whether it lives)")
+            time.sleep(POLL)
+
+
+class Output(io.TextIOBase):
+    """The debugger's stdout: kept until it reads a line, then sent with its prompt."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parts: list[str] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._parts.append(text)
+        return len(text)
+
+    def take(self) -> str:
+        text = "".join(self._parts)
+        self._parts.clear()
+        return text
+
+
+class Input:
+    """The debugger's stdin: each ``readline`` sends what it wrote and waits for the next line typed."""
+
+    def __init__(self, channel: Channel, out: Output, idle: float, gone: Callable[[], str | None]) -> None:
+        self.channel, self.out, self.idle, self.gone = channel, out, idle, gone
+        self.prompt = ""
+
+    def readline(self) -> str:
+        text = self.out.take()
+        if self.prompt and text.endswith(self.prompt):
+            text = text[: -len(self.prompt)]
+        self.channel.publish(text, self.prompt or "ipdb> ")
+        line = self.channel.wait_line(self.idle, self.gone)
+        return "" if line is None else line + "\n"  # "": end of input, which quits the debugger
+
+
+def debug(channel: Channel, tb: TracebackType, idle: float = IDLE_TIMEOUT,
+          gone: Callable[[], str | None] = lambda: None) -> None:
+    """IPython's debugger, post-mortem on ``tb``, its input and output relayed through ``channel`` until it ends
+    (end of input, ``q`` or ``c``; ``idle`` s with no line; the asker ``gone()``)."""
+    from IPython.core.debugger import Pdb
+
+    out = Output()
+    stdin = Input(channel, out, idle, gone)
+    debugger = Pdb(stdin=stdin, stdout=out, nosigint=True)  # no SIGINT handler: this is not the main thread
+    stdin.prompt = debugger.prompt
+    debugger.reset()
+    debugger.interaction(None, tb)
+    channel.close_with(channel.idle_why or "the debugger ended", out.take())
