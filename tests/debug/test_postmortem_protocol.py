@@ -4,31 +4,17 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Iterator
-
-import pytest
 
 from nbdist.debug import postmortem, relay
 from nbdist.world import keys, signing
 from nbdist.world.heartbeat import Heartbeat
-from nbdist.world.store import Server, StoreClient, connect
+from nbdist.world.store import StoreClient
 from nbdist.world.world import World
-
-from ..conftest import free_port
 
 TOKEN = "pdb-test-token"
 KEY = signing.key_from(TOKEN)
 ROUND = 4
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-@pytest.fixture
-def client() -> Iterator[StoreClient]:
-    server = Server("127.0.0.1", free_port(), token=TOKEN)
-    c = connect("127.0.0.1", server.port, token=TOKEN)
-    yield c
-    c.close()
-    server.stop()
 
 
 def world_of_two(client: StoreClient, rank: int = 0) -> World:

@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-
-import pytest
 
 from nbdist.debug import where
 from nbdist.world import signing
 from nbdist.world.heartbeat import Heartbeat
-from nbdist.world.store import Server, StoreClient, connect
-
-from ..conftest import free_port
+from nbdist.world.store import StoreClient
 
 TOKEN = "where-test-token"
 KEY = signing.key_from(TOKEN)
 ROUND = 3
-
-
-@pytest.fixture
-def client() -> Iterator[StoreClient]:
-    server = Server("127.0.0.1", free_port(), token=TOKEN)
-    c = connect("127.0.0.1", server.port, token=TOKEN)
-    yield c
-    c.close()
-    server.stop()
 
 
 def ranks_answering(client: StoreClient, keys: list[bytes | None]) -> list[Heartbeat]:
