@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ._version import __version__
 
-__all__ = ["__version__", "get_device", "last_trace", "load_ipython_extension", "picture", "rank_output", "show",
-           "unload_ipython_extension"]
+__all__ = ["__version__", "breakpoint", "get_device", "last_trace", "load_ipython_extension", "picture",
+           "rank_output", "show", "unload_ipython_extension"]
 
 
 def load_ipython_extension(ipython) -> None:
@@ -23,6 +23,20 @@ def unload_ipython_extension(ipython) -> None:
     from .extension import unload
 
     unload(ipython)
+
+
+def breakpoint(ranks=None) -> None:  # noqa: A001 (the name users look for)
+    """Stop in the debugger on ``ranks`` only (``"1,3"``, ``"0-2"``, ``2``, a list; None: every rank).
+
+    In a ``%%collective`` body: as ``breakpoint()`` there, in that rank's notebook, or relayed to the driving
+    notebook for a driven rank (see the how-to "Debug a hang"). Elsewhere, Python's debugger on the listed
+    ranks, as ``breakpoint()`` in a torchrun script.
+    """
+    import sys
+
+    from .debug.breakpoints import breakpoint as stop
+
+    stop(ranks, sys._getframe(1))
 
 
 def get_device():

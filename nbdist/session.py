@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -25,7 +26,7 @@ from .cell.plain import PlainNet
 from .cell.stopper import Stopper
 from .cell.turn import Phase
 from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig
-from .debug import postmortem
+from .debug import breakpoints, postmortem
 from .drive import follow
 from .drive.slurm import SlurmJob
 from .drive.workers import Workers
@@ -105,6 +106,7 @@ class Session:
         self.threads_before: int | None = None  # torch's thread count before nbdist set it (backend.threads)
         self.run_body = cells.watched_body  # how a %%collective's body runs (the interleaving explorer's has none)
         self.kept = postmortem.Kept()  # this rank's last failed %%collective body, for %dist_pdb
+        self.breakpoints = breakpoints.Breakpoints(self.secret, lambda: self.pg_timeout)  # armed in each body
 
     # --- joining ------------------------------------------------------------
     def prepare(self) -> None:
@@ -450,11 +452,16 @@ class Session:
                 if self.guard is not None:
                     self.guard.new_cell()  # a stop sent during the driver's last cell is not for this one
             flags = dataclasses.replace(flags, view=flags.view or self.view)  # the cell's own, else this notebook's
-            return cells.run(world, self.shell, source, flags, self.watch_client, self.hooks.params,
-                             activate=self._activate, rebuild=lambda n: self.rebuild_process_group(f"t{n}", n),
-                             turn=self.turn, state=self.group_state(world, gen), stopper=self.stopper,
-                             driver=driver, draw_live=self.process == "kernel", run_body=self.run_body,
-                             keep=self.kept.body_ended)
+            answering = (self.breakpoints.answering(world, keys.step(self.turn.step))  # its followers' breakpoints
+                         if align is None and self.drive.holding and self.turn.step is not None
+                         else contextlib.nullcontext())
+            with answering:
+                return cells.run(world, self.shell, source, flags, self.watch_client, self.hooks.params,
+                                 activate=self._activate,
+                                 rebuild=lambda n: self.rebuild_process_group(f"t{n}", n),
+                                 turn=self.turn, state=self.group_state(world, gen), stopper=self.stopper,
+                                 driver=driver, draw_live=self.process == "kernel", run_body=self.run_body,
+                                 keep=self.kept.body_ended, breakpoints=self.breakpoints)
         except StoreConnectionError as exc:
             marker = world.client.marker
             hosts = [i for i, r in enumerate(world.ranks)

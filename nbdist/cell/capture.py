@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import bdb
 import functools
 import io
 import sys
@@ -235,7 +236,7 @@ def run_cell(shell: Any, source: str, log: OutputLog | None = None, keep: Keep |
         stdout.target, stderr.target, shell.display_pub = None, None, saved
         wall = wall or time.perf_counter() - start
         error = _format_error(late, skip=0)
-        error["interrupted"] = isinstance(late, KeyboardInterrupt) and not isinstance(late, StopRequest)
+        error["interrupted"] = _stopped(late)
     return {"outputs": [_drop_empty(o) for o in log.snapshot()], "result": result, "error": error, "wall": wall}
 
 
@@ -256,7 +257,7 @@ def _run_body(shell: Any, source: str, log: OutputLog, stdout: Any, stderr: Any,
             result = _format_value(shell, value)
     except BaseException as exc:  # every failure is the user's, shown in the table
         error = _format_error(exc, skip=1)
-        error["interrupted"] = isinstance(exc, KeyboardInterrupt) and not isinstance(exc, StopRequest)
+        error["interrupted"] = _stopped(exc)
         failed = exc
     finally:
         wall = time.perf_counter() - start
@@ -268,6 +269,11 @@ def _run_body(shell: Any, source: str, log: OutputLog, stdout: Any, stderr: Any,
         tb = failed.__traceback__ if failed is not None else None
         keep(failed, tb.tb_next if tb is not None and tb.tb_next is not None else tb)
     return error, result, wall
+
+
+def _stopped(exc: BaseException) -> bool:
+    """Whether a body ended as the stop button ends it: the button, or ``q`` in its debugger (``BdbQuit``)."""
+    return (isinstance(exc, KeyboardInterrupt) and not isinstance(exc, StopRequest)) or isinstance(exc, bdb.BdbQuit)
 
 
 def _drop_empty(output: dict[str, Any]) -> dict[str, Any]:

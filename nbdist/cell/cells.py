@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import json
@@ -44,6 +45,7 @@ from ..errors import (
     NbdistError,
     PeerFailedError,
     PeerLostError,
+    StoppedError,
     StoreConnectionError,
     WaitTimeout,
 )
@@ -202,6 +204,7 @@ class Body:
     activate: Callable[[Checker | None], None]
     turn: Turn
     keep: capture.Keep | None = None  # told how the body ended (%dist_pdb keeps a failure)
+    breakpoints: Any = None  # arms breakpoints during the body (nbdist.debug.breakpoints.Breakpoints)
 
 
 def watched_body(b: Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
@@ -212,8 +215,10 @@ def watched_body(b: Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
         b.activate(b.checker)
         if b.stopper is not None:
             b.stopper.arm()
+        armed = (contextlib.nullcontext() if b.breakpoints is None
+                 else b.breakpoints.armed(b.world, b.cell, b.label, b.source, b.driver))
         try:
-            with b.turn.stops.released():
+            with b.turn.stops.released(), armed:
                 cap = capture.run_cell(b.shell, b.source, b.output, b.keep)
         finally:
             if b.stopper is not None:
@@ -227,7 +232,7 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
         params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[int], None],
         turn: Turn, state: dict[str, Any], stopper: Stopper | None = None, driver: int | None = None,
         draw_live: bool = True, run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]]
-        = watched_body, keep: capture.Keep | None = None) -> Outcome:
+        = watched_body, keep: capture.Keep | None = None, breakpoints: Any = None) -> Outcome:
     """Run ``source`` on this rank as the world's step ``turn.step``, in lockstep with the others (see the module
     docstring).
 
@@ -240,14 +245,15 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
     ``driver``, on a follower, is the rank whose stop button ends this body too; ``draw_live`` False (a
     rank with no front end, ``nbdist follow``): it publishes its part of the live table and draws none.
     ``run_body`` runs the body (:func:`watched_body`; the interleaving explorer's ranks have none);
-    ``keep`` is told how it ended (:func:`nbdist.cell.capture.run_cell`).
+    ``keep`` is told how it ended (:func:`nbdist.cell.capture.run_cell`); ``breakpoints`` arms breakpoints
+    during it (:class:`nbdist.debug.breakpoints.Breakpoints`).
     """
     step = turn.step
     assert step is not None, "the turn claims its step first"
     with turn.guarded(world, source):
         with turn.stops.held(take=False):  # a press it did not take came as the cell ended: nothing left to stop
             outcome = _run(world, step, step_name(step), shell, source, flags, watch_client, params, activate,
-                           rebuild, stopper, driver, state, draw_live, turn, run_body, keep)
+                           rebuild, stopper, driver, state, draw_live, turn, run_body, keep, breakpoints)
         turn.stops.drop()
         return outcome
 
@@ -256,7 +262,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
          params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[int], None],
          stopper: Stopper | None, driver: int | None, state: dict[str, Any], draw_live: bool, turn: Turn,
          run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]],
-         keep: capture.Keep | None = None) -> Outcome:
+         keep: capture.Keep | None = None, breakpoints: Any = None) -> Outcome:
     label = f"%%collective #{n}"
     timeout = flags.timeout
     digest = hashlib.sha256(source.encode()).hexdigest()
@@ -284,8 +290,9 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     # each display to stdout, which during the body is the body's own output: the table would fill its column.
     publisher = shell.display_pub if draw_live else None
     live = LiveTable(world, cell, f"{label} · {world.world_size} ranks", output, publisher, flags.live,
-                     view=flags.view, show=flags.show, place=lambda: where(checker.inside or checker.reaching,
-                                                               cell_line(body_thread)))
+                     view=flags.view, show=flags.show,
+                     place=lambda: (None if breakpoints is None else breakpoints.place()) or where(
+                         checker.inside or checker.reaching, cell_line(body_thread)))
     body_started = time.monotonic()
     reason: dict[str, Any] | None = None
     interrupted = False
@@ -296,7 +303,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     else:
         world.note(f"running {label}", cell=n, body=cell)
         cap, reason, interrupted = run_body(Body(world, watch_client, cell, label, shell, source, output, checker,
-                                                 live, flags, stopper, driver, activate, turn, keep))
+                                                 live, flags, stopper, driver, activate, turn, keep, breakpoints))
     turn.enter(Phase.ENDING)
     live.finish(cap)
     record: dict[str, Any]
@@ -316,8 +323,9 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     error = record["error"]
     if error is not None and reason is None:
         kind = "interrupted" if error.get("interrupted") else "error"
-        message = (f"{world.describe(world.rank)} interrupted its cell" if kind == "interrupted"
-                   else f"{world.describe(world.rank)} raised {error['ename']}: {error['evalue']}")
+        message = (f"{world.describe(world.rank)} raised {error['ename']}: {error['evalue']}" if kind == "error"
+                   else f"{world.describe(world.rank)} quit its debugger (q)" if error.get("ename") == "BdbQuit"
+                   else f"{world.describe(world.rank)} interrupted its cell")
         first = publish_failure(world.client, world, cell, {"rank": world.rank, "kind": kind, "message": message})
         if first["rank"] != world.rank:
             reason = first  # another rank failed first
@@ -422,6 +430,8 @@ def error_for(world: World, outcome: Outcome) -> BaseException | None:
     captures = outcome.captures
     own = (captures[world.rank] or {}).get("error")
     if own and own.get("interrupted"):
+        if own.get("ename") == "BdbQuit":  # q in its debugger: the cell ended, not following (a driven rank)
+            return StoppedError(f"{world.describe(world.rank)} quit its debugger (q): the cell ended on every rank")
         return KeyboardInterrupt()
     if own and not own.get("consequence"):
         return _own_error(world, own)

@@ -353,6 +353,8 @@ class Checker:
                 if time.monotonic() - stopped_at > ABANDON_AFTER:
                     pg.abandon()
                     self._refuse_if_stopped()
+            elif self.world.attend is not None:  # a driven rank's debugger, while this one waits
+                self.world.attend()
 
     def _compare_late(self, name: str, seq: int, crc: int, ranks: list[int] | None, publish: bool) -> None:
         """A slow call of a kind seen before: publish its fingerprint as :meth:`agree` does, compare what is there.

@@ -45,8 +45,9 @@ class Chunk:
 class Channel:
     """One debugger session's records in the store, for request ``n`` of world round ``round_``, rank ``rank``."""
 
-    def __init__(self, client: StoreClient, key: bytes, round_: int, n: int, rank: int) -> None:
+    def __init__(self, client: StoreClient, key: bytes, round_: int, n: int, rank: int, space: str = "pdb") -> None:
         self.client, self._key, self.round, self.n, self.rank = client, key, round_, n, rank
+        self.space = space  # "pdb": a %dist_pdb request's; "bp": a breakpoint's (:mod:`nbdist.debug.breakpoints`)
         self.j = 0  # the next chunk and line
         self.idle_why = ""
         self.refused: set[int] = set()  # lines that did not verify (each logged once)
@@ -55,7 +56,8 @@ class Channel:
         return keys.in_round(self.round, name)
 
     def _fields(self) -> dict[str, Any]:
-        return {"n": self.n, "round": self.round, "rank": self.rank, "j": self.j}
+        fields = {"n": self.n, "round": self.round, "rank": self.rank, "j": self.j}
+        return fields if self.space == "pdb" else {**fields, "space": self.space}
 
     def _verified(self, purpose: str, record: Any) -> bool:
         return signing.sealed(self._key, purpose, record) and all(record.get(k) == v for k, v in self._fields().items())
@@ -66,7 +68,8 @@ class Channel:
             half = CHUNK_CHARS // 2
             text = f"{text[:half]}\n… [{len(text) - 2 * half:,} characters cut] …\n{text[-half:]}"
         record = {**self._fields(), "text": text, "prompt": prompt, "end": end}
-        self.client.set_json(self._key_of(keys.pdb_out(self.n, self.j)), signing.seal(self._key, OUT, record))
+        key = self._key_of(keys.pdb_out(self.n, self.j, self.space))
+        self.client.set_json(key, signing.seal(self._key, OUT, record))
 
     def close_with(self, why: str, text: str = "") -> None:
         """The last chunk: the debugger ended (or never opened), and why."""
@@ -75,7 +78,7 @@ class Channel:
     def line(self) -> tuple[bool, str | None]:
         """Line ``j``, if it is in the store and verifies: (True, the line, None for end of input); else
         (False, None). A refused one is logged once."""
-        record = self.client.get_json_if(self._key_of(keys.pdb_in(self.n, self.j)))
+        record = self.client.get_json_if(self._key_of(keys.pdb_in(self.n, self.j, self.space)))
         if record is None:
             return False, None
         if not self._verified(IN, record):
@@ -84,7 +87,8 @@ class Channel:
                 log.warning("nbdist: %%dist_pdb line #%d of request #%d did not verify (not signed for this rank, "
                             "request and place): refused", self.j, self.n)
             return False, None
-        self.client.delete(self._key_of(keys.pdb_in(self.n, self.j)))  # read once: the store keeps no session
+        # read once: the store keeps no session's text
+        self.client.delete(self._key_of(keys.pdb_in(self.n, self.j, self.space)))
         return True, None if record.get("line") is None else str(record["line"])
 
     def wait_line(self, idle: float, gone: Callable[[], str | None] = lambda: None) -> str | None:
@@ -118,24 +122,17 @@ class Channel:
     def send(self, line: str | None) -> None:
         """Line ``j`` for the debugged rank (None: end of input, which quits its debugger)."""
         record = signing.seal(self._key, IN, {**self._fields(), "line": line})
-        self.client.set_json(self._key_of(keys.pdb_in(self.n, self.j)), record)
+        self.client.set_json(self._key_of(keys.pdb_in(self.n, self.j, self.space)), record)
         self.j += 1
 
     def receive(self, timeout: float, gone: Callable[[], str | None]) -> Chunk:
         """Chunk ``j`` once it verifies; an ending chunk if the debugged rank is ``gone()`` or silent ``timeout`` s."""
         deadline = time.monotonic() + timeout
         next_look = time.monotonic() + LIVENESS_EVERY
-        warned = False
         while True:
-            key = self._key_of(keys.pdb_out(self.n, self.j))
-            record = self.client.get_json_if(key)
-            if record is not None:
-                if self._verified(OUT, record):
-                    self.client.delete(key)
-                    return Chunk(str(record.get("text", "")), str(record.get("prompt", "")), record.get("end"))
-                if not warned:
-                    log.warning("nbdist: %%dist_pdb output #%d did not verify: refused", self.j)
-                    warned = True
+            chunk = self.poll()
+            if chunk is not None:
+                return chunk
             now = time.monotonic()
             if now >= next_look:
                 next_look = now + LIVENESS_EVERY
@@ -146,6 +143,22 @@ class Channel:
                 return Chunk("", end=f"no answer from rank {self.rank} within {timeout:g} s (its Python may be busy "
                                      "in one long call: %dist_status says whether it lives)")
             time.sleep(POLL)
+
+
+    def poll(self) -> Chunk | None:
+        """Chunk ``j`` if it is in the store and verifies (then deleted: read once); None if not (yet)."""
+        key = self._key_of(keys.pdb_out(self.n, self.j, self.space))
+        record = self.client.get_json_if(key)
+        if record is None:
+            return None
+        if not self._verified(OUT, record):
+            if self.j not in self.refused:
+                self.refused.add(self.j)
+                log.warning("nbdist: debugger output #%d of %s request #%d did not verify: refused", self.j,
+                            self.space, self.n)
+            return None
+        self.client.delete(key)
+        return Chunk(str(record.get("text", "")), str(record.get("prompt", "")), record.get("end"))
 
 
 class Output(io.TextIOBase):

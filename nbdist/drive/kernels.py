@@ -164,15 +164,18 @@ def execute_all(
     codes: str | Sequence[str],
     timeout: float = 120,
     user_expressions: dict[str, str] | None = None,
+    stdin: Sequence[Callable[[str], str] | None] | None = None,
 ) -> list[Result]:
-    """Run a cell (or one cell per kernel) in every kernel at once; results in kernel order."""
+    """Run a cell (or one cell per kernel) in every kernel at once; results in kernel order. ``stdin``: for each
+    kernel, what answers its ``input()`` (see :meth:`Kernel.execute`)."""
     if isinstance(codes, str):
         codes = [codes] * len(kernels)
+    answers = list(stdin) if stdin is not None else [None] * len(kernels)
     results: list[Result | BaseException | None] = [None] * len(kernels)
 
     def one(i: int) -> None:
         try:
-            results[i] = kernels[i].execute(codes[i], timeout, user_expressions)
+            results[i] = kernels[i].execute(codes[i], timeout, user_expressions, answers[i])
         except BaseException as exc:  # re-raised in the caller's thread
             results[i] = exc
 

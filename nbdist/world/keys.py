@@ -42,6 +42,9 @@ A round (``r/<r>/`` + the names below)::
                                   %dist_pdb (:mod:`nbdist.debug.postmortem`): how many asked; the k-th request
                                   (it names the rank to debug); that rank's debugger output up to its j-th
                                   prompt; the j-th line typed for it
+    bp/asks, bp/<k>/ask, bp/<k>/out/<j>, bp/<k>/in/<j>
+                                  a breakpoint on a driven rank (:mod:`nbdist.debug.breakpoints`): how many
+                                  stopped; the k-th (its rank and cell line); as pdb/ for its debugger
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ DRIVE_FOLLOWERS = "drive/followers"
 DRIVE_REFUSED = "drive/refused"
 WHERE_ASKS = "where/asks"
 PDB_ASKS = "pdb/asks"
+BP_ASKS = "bp/asks"
 
 
 def rank(i: int) -> str:
@@ -127,12 +131,18 @@ def pdb_ask(k: int) -> str:
     return f"pdb/{k}/ask"
 
 
-def pdb_out(k: int, j: int) -> str:
-    return f"pdb/{k}/out/{j}"
+def pdb_out(k: int, j: int, space: str = "pdb") -> str:
+    """The debugger's output up to its ``j``-th prompt, of request ``k`` of ``space`` (pdb: %dist_pdb; bp: a
+    breakpoint)."""
+    return f"{space}/{k}/out/{j}"
 
 
-def pdb_in(k: int, j: int) -> str:
-    return f"pdb/{k}/in/{j}"
+def pdb_in(k: int, j: int, space: str = "pdb") -> str:
+    return f"{space}/{k}/in/{j}"
+
+
+def bp_ask(k: int) -> str:
+    return f"bp/{k}/ask"
 
 
 def process_group(tag: str) -> str:

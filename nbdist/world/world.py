@@ -118,6 +118,7 @@ class World:
     replaced: dict[str, Any] | None = None  # the registration this rank took over, if any
     pg: Any = None  # the ProcessGroup of the current generation, once built
     last_turn: int | None = None  # the last step this rank met the others at
+    attend: Callable[[], None] | None = None  # called as this rank waits in the main thread (a driven rank's debugger)
     _next_round_check: float = 0.0
     _next_peer_check: float = 0.0
     _tracker: PeerTracker | None = None
@@ -342,6 +343,8 @@ class World:
             self.check_peers()
             if on_tick is not None:
                 on_tick()
+            if self.attend is not None:
+                self.attend()
             now = time.monotonic()
             if working is not None and now > deadline:
                 if not self._missing_work(name, members, working):

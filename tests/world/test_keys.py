@@ -38,6 +38,9 @@ TAKES_KEYS = {"set", "get", "get_if", "get_json_if", "set_json", "add", "check",
     (keys.pdb_ask(3), "pdb/3/ask"),
     (keys.pdb_out(3, 1), "pdb/3/out/1"),
     (keys.pdb_in(3, 1), "pdb/3/in/1"),
+    (keys.bp_ask(3), "bp/3/ask"),
+    (keys.pdb_out(3, 1, "bp"), "bp/3/out/1"),
+    (keys.pdb_in(3, 1, "bp"), "bp/3/in/1"),
 ])
 def test_the_keys_are_the_layout_the_module_documents(built: object, expected: object) -> None:
     assert built == expected

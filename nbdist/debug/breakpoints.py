@@ -1,0 +1,436 @@
+"""Breakpoints in a ``%%collective`` body on any rank: ``breakpoint()``, ``pdb.set_trace()``, :func:`breakpoint`.
+
+While a body runs, nbdist stands in for ``sys.breakpointhook`` and ``pdb.set_trace``
+(:meth:`Breakpoints.armed`), so that the rank that calls one stops in IPython's debugger:
+
+- **a rank with a notebook of its own** (a peer, or the driving notebook's own rank): the debugger opens in
+  that notebook, as ``%debug`` does, below the cell's live table;
+- **a driven rank** (``--spawn``, ``--slurm``, ``nbdist follow``), which has no front end: the debugger runs
+  there with its input and output relayed through the store (:mod:`nbdist.debug.relay`, under ``bp/``).
+  The rank raises the round's breakpoint counter and writes a record sealed with the world's key (its
+  rank and cell line); the driving notebook, wherever it waits in nbdist during the cell (a collective,
+  a comparison, the cell's end), looks for such records (:meth:`Breakpoints.serve`, one store operation
+  every 0.2 s), shows that rank's output and reads each line with ``input()``, labelled
+  ``rank 3 (host) ipdb>``. Ranks stopped at once are answered one after another, each prompt labelled.
+
+While a rank is at a prompt its note keeps saying that it runs the body, so every other rank's wait holds
+(``--timeout`` counts only for ranks not at work), and its live place reads ``in the debugger at cell line
+5``. A cell whose source calls a breakpoint runs with the process groups' timeouts raised to an hour on
+every rank, as ``torch.distributed.breakpoint`` raises them. ``q`` (or the end of input) ends the body with
+``bdb.BdbQuit``, which ends the cell on every rank as the stop button does; so does the stop button at
+the prompt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pdb
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+from ..view import ranksets
+from ..view.tracebacks import is_cell
+from ..world import keys, signing
+from ..world.world import PeerTracker, World
+from . import relay
+
+log = logging.getLogger(__name__)
+
+ASK = "bp-ask"  # the purpose a breakpoint's record is sealed for
+LOOK_EVERY = 0.2  # seconds between the driving notebook's looks for a stopped rank while it waits in nbdist
+HELD_TIMEOUT = 3600.0  # seconds: the process groups' timeout in a cell that calls a breakpoint (torch's own choice)
+_CALLS = re.compile(r"\b(breakpoint|set_trace)\s*\(")
+
+
+def calls_breakpoint(source: str) -> bool:
+    """Whether a cell's source calls ``breakpoint()``, ``pdb.set_trace()`` or ``nbdist.breakpoint()``."""
+    return _CALLS.search(source) is not None
+
+
+def cell_line_of(frame: FrameType | None) -> int | None:
+    """The notebook cell's line that ``frame`` (or the innermost cell frame around it) is at."""
+    while frame is not None:
+        if is_cell(frame.f_code.co_filename):
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def real_stream(stream: Any) -> Any:
+    """The kernel's own stream behind nbdist's routing (:class:`nbdist.cell.capture.RoutedStream`)."""
+    return getattr(stream, "real", stream)
+
+
+class _Flushed:
+    """A stream that flushes after each write: the debugger's text reaches the notebook before its prompt."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        n = self.stream.write(text)
+        self.stream.flush()
+        return int(n or 0)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def _debugger(here: Here, **kwargs: Any) -> Any:
+    """IPython's debugger (the stop button quits it), telling ``here`` when it waits at a prompt."""
+    from IPython.core.debugger import InterruptiblePdb
+
+    class CellPdb(InterruptiblePdb):  # type: ignore[misc]
+        def interaction(self, frame: FrameType | None, tb_or_exc: Any) -> None:
+            here.entered(frame)
+            try:
+                super().interaction(frame, tb_or_exc)
+            except Exception as exc:  # noqa: BLE001 (no input here: the body goes on, saying why)
+                if type(exc).__name__ != "StdinNotImplementedError":
+                    raise
+                self.set_continue()
+                sys.settrace(None)
+                here.cannot_ask()
+            finally:
+                here.left()
+            here.after(self)
+
+    return CellPdb(**kwargs)
+
+
+class Here:
+    """One ``%%collective`` body on this rank, while breakpoints stop in nbdist's debugger."""
+
+    def __init__(self, world: World, cell: str, label: str, driven: bool, key: bytes | None, out: Any,
+                 driver: int | None = None) -> None:
+        self.world, self.cell, self.label, self.driven, self.key, self.out = world, cell, label, driven, key, out
+        self.driver = driver
+        self.at: int | None = None  # the cell line of the prompt this rank waits at (None: not at a prompt)
+        self.channel: relay.Channel | None = None  # a driven rank's relay, while its debugger runs
+        self.output: relay.Output | None = None
+        self._ended = False
+
+    def place(self) -> str | None:
+        """Where this rank is, for the live table, while it waits at a prompt."""
+        return None if self.at is None else f"in the debugger at cell line {self.at}"
+
+    def stop(self, frame: FrameType) -> None:
+        """Open the debugger at ``frame``: here, or relayed to the driving notebook (a driven rank)."""
+        if self.driven:
+            self._relayed(frame)
+            return
+        debugger = _debugger(self, stdout=_Flushed(self.out))
+        debugger.use_rawinput = True  # read with input(): the notebook's input box (pdb reads stdin when given stdout)
+        debugger.set_trace(frame)
+
+    def _relayed(self, frame: FrameType) -> None:
+        if self.key is None:
+            self.out.write(f"nbdist: {self.world.describe(self.world.rank)} cannot relay its debugger (the world "
+                           "has no key to sign it with): the breakpoint is skipped\n")
+            return
+        world, client = self.world, self.world.client
+        n = client.add(world.key(keys.BP_ASKS), 1)
+        record = {"n": n, "round": world.round, "rank": world.rank, "cell": self.cell, "line": cell_line_of(frame),
+                  "t": time.time()}
+        client.set_json(world.key(keys.bp_ask(n)), signing.seal(self.key, ASK, record))
+        self.channel = relay.Channel(client, self.key, world.round, n, world.rank, space="bp")
+        self.output = relay.Output()
+        stdin = relay.Input(self.channel, self.output, relay.IDLE_TIMEOUT, self._gone())
+        debugger = _debugger(self, stdin=stdin, stdout=self.output, nosigint=True)
+        stdin.prompt = debugger.prompt
+        self._ended = False
+        debugger.set_trace(frame)
+
+    def _gone(self) -> Callable[[], str | None]:
+        """Why a relayed debugger must quit while it waits for a line: the cell was ended by another rank, or
+        the driving notebook's kernel is gone."""
+        world = self.world
+        tracker = PeerTracker(world.ranks, world.rank)
+
+        def why() -> str | None:
+            failed = world.client.get_json_if(world.key(keys.failed(self.cell)))
+            if failed is not None and failed.get("rank") != world.rank:
+                return f"the cell ended ({failed.get('message', 'another rank failed')})"
+            return next((f"the driving notebook, {world.describe(i)}, {why}" for i, why in tracker.dead(world.client)
+                         if i == self.driver), None)
+
+        return why
+
+    def entered(self, frame: FrameType | None) -> None:
+        self.at = cell_line_of(frame) or 0
+        with contextlib.suppress(Exception):  # a note is for the others' waits and %dist_status only
+            self.world.note(f"in the debugger at cell line {self.at}", body=self.cell)
+
+    def left(self) -> None:
+        self.at = None
+        with contextlib.suppress(Exception):
+            self.world.note(f"running {self.label}", body=self.cell)
+
+    def cannot_ask(self) -> None:
+        self.out.write("nbdist: this notebook's front end takes no input here: the breakpoint is skipped\n")
+
+    def after(self, debugger: Any) -> None:
+        """A relayed debugger that quit or let the body run on says so: the driving notebook stops waiting
+        for its next prompt."""
+        if self.channel is None or self.output is None or self._ended:
+            return
+        who = self.world.describe(self.world.rank)
+        if debugger.quitting:
+            self._ended = True
+            self.channel.close_with(self.channel.idle_why or f"{who} quit its debugger: the cell ends on every rank",
+                                    self.output.take())
+        elif sys.gettrace() is None:
+            self._ended = True
+            self.channel.close_with(f"{who} goes on", self.output.take())
+
+
+class Breakpoints:
+    """This kernel's breakpoints, for its lifetime: armed during each ``%%collective`` body; a driving notebook
+    answers its followers' while its cell runs (:meth:`answering`)."""
+
+    def __init__(self, secret: Callable[[], str], pg_timeout: Callable[[], float], out: Any = None,
+                 read_line: Callable[[str], str] | None = None) -> None:
+        self.secret, self.pg_timeout = secret, pg_timeout
+        self.out = out  # where this notebook's debugger and relayed prompts write (None: the kernel's stdout)
+        self.read_line = read_line  # reads a line typed for a relayed prompt (None: input(), the notebook's box)
+        self.here: Here | None = None
+        self._answering: tuple[World, bytes, str] | None = None  # (world, key, cell) while this notebook answers
+        self._seen: tuple[int, int] = (-1, 0)  # (world round, the last breakpoint record looked at)
+        self._open: dict[int, tuple[relay.Channel, str]] = {}
+        self._next_look = 0.0
+        self._busy = False
+        self._last = 0  # the breakpoint whose prompt was answered last
+
+    def place(self) -> str | None:
+        here = self.here
+        return None if here is None else here.place()
+
+    def _key(self) -> bytes | None:
+        try:
+            return signing.key_from(self.secret())
+        except signing.SigningError:
+            return None
+
+    def _out(self) -> Any:
+        return self.out if self.out is not None else real_stream(sys.stdout)
+
+    @contextlib.contextmanager
+    def armed(self, world: World, cell: str, label: str, source: str, driver: int | None) -> Iterator[None]:
+        """During a body: ``breakpoint()``, ``pdb.set_trace()`` and :func:`breakpoint` stop in nbdist's debugger."""
+        driven = driver is not None and driver != world.rank
+        here = Here(world, cell, label, driven, self._key() if driven else None, self._out(), driver)
+        saved = sys.breakpointhook, pdb.set_trace
+        sys.breakpointhook, pdb.set_trace = self._hook, self._set_trace  # type: ignore[assignment]
+        restore = _hold_timeouts(self.pg_timeout()) if calls_breakpoint(source) else None
+        self.here = here
+        try:
+            yield
+        finally:
+            self.here = None
+            sys.breakpointhook, pdb.set_trace = saved
+            if restore is not None:
+                restore()
+
+    def _hook(self, *args: Any, **kwargs: Any) -> None:
+        """``sys.breakpointhook`` during a body: ``breakpoint()``."""
+        self.stop_at(sys._getframe(1))  # noqa: SLF001 (the caller's frame, as pdb.set_trace takes it)
+
+    def _set_trace(self, *args: Any, header: str | None = None, **kwargs: Any) -> None:
+        """``pdb.set_trace`` during a body."""
+        if header is not None:
+            self._out().write(header + "\n")
+        self.stop_at(sys._getframe(1))  # noqa: SLF001
+
+    def stop_at(self, frame: FrameType) -> None:
+        here = self.here
+        if os.environ.get("PYTHONBREAKPOINT") == "0":
+            return  # breakpoints switched off, as Python's own hook honours it
+        if here is None or threading.current_thread() is not threading.main_thread():
+            pdb.Pdb().set_trace(frame)  # outside a body, or in a thread of it: Python's own
+            return
+        here.stop(frame)
+
+    # --- the driving notebook's side ---------------------------------------------------------
+    @contextlib.contextmanager
+    def answering(self, world: World, cell: str) -> Iterator[None]:
+        """While this notebook's driven ``cell`` runs (its body and its end): wherever it waits in nbdist, it
+        answers its followers' breakpoints (:meth:`serve`)."""
+        key = self._key()
+        if key is None:
+            yield
+            return
+        self._answering, self._open, self._next_look = (world, key, cell), {}, 0.0
+        world.attend = self.serve
+        try:
+            yield
+        finally:
+            world.attend = None
+            self._answering = None
+            with contextlib.suppress(Exception):  # a debugger that said it goes on as the cell ended: show it
+                self._answer(self._out(), prompt=False)
+            self._open = {}
+
+    def serve(self) -> None:
+        """While this notebook waits in nbdist (main thread): show a driven rank's debugger and send its line."""
+        if self._busy or self._answering is None or threading.current_thread() is not threading.main_thread():
+            return
+        now = time.monotonic()
+        if now < self._next_look:
+            return
+        self._next_look = now + LOOK_EVERY
+        self._busy = True
+        try:
+            out = self._out()
+            self._look(out, *self._answering)
+            self._answer(out)
+        finally:
+            self._busy = False
+
+    def _look(self, out: Any, world: World, key: bytes, cell: str) -> None:
+        seen_round, seen = self._seen
+        if seen_round != world.round:
+            seen = 0
+        last = world.client.add(world.key(keys.BP_ASKS), 0)
+        while seen < last:
+            seen += 1
+            record = world.client.get_json_if(world.key(keys.bp_ask(seen)))
+            if record is None:
+                seen -= 1  # counted, not yet written: the next look reads it
+                break
+            if not (signing.sealed(key, ASK, record) and record.get("n") == seen
+                    and record.get("round") == world.round):
+                log.warning("nbdist: a breakpoint record (#%d) did not verify: not answered", seen)
+                continue
+            if record.get("cell") != cell:
+                continue  # a breakpoint of an earlier cell
+            rank = int(record["rank"])
+            label = relay_label(world, rank)
+            at = record.get("line")
+            out.write(f"nbdist: {label} stopped at a breakpoint{f' at cell line {at}' if at else ''}\n")
+            self._open[seen] = (relay.Channel(world.client, key, world.round, seen, rank, space="bp"), label)
+        self._seen = (world.round, seen)
+
+    def _answer(self, out: Any, prompt: bool = True) -> None:
+        """Show what the stopped ranks wrote; read one line, for the rank answered last if it waits again (a
+        person steps one rank on), else for the first that waits."""
+        order = sorted(self._open, key=lambda n: (n != self._last, n))
+        for n in order:
+            channel, label = self._open[n]
+            chunk = channel.poll()
+            if chunk is None:
+                continue
+            if chunk.text:
+                out.write(chunk.text if chunk.text.endswith("\n") else chunk.text + "\n")
+            if chunk.end is not None:
+                out.write(f"nbdist: {chunk.end}\n")
+                del self._open[n]
+                continue
+            if not prompt:
+                continue
+            out.flush()
+            text = f"{label} {chunk.prompt.strip()} "
+            try:
+                line: str | None = input(text) if self.read_line is None else self.read_line(text)
+            except EOFError:
+                line = None
+            except KeyboardInterrupt:  # the stop button: that rank's debugger quits, this cell stops
+                channel.send(None)
+                del self._open[n]
+                raise
+            channel.send(line)
+            self._last = n
+            return  # one line per look: the rank answered may stop again at once
+
+
+def relay_label(world: World, rank: int) -> str:
+    """A relayed prompt's label: ``rank 3 (host)``."""
+    info = world.ranks[rank] if rank < len(world.ranks) else {}
+    return f"rank {rank} ({info.get('host', '?')})"
+
+
+def _hold_timeouts(seconds: float) -> Callable[[], None]:
+    """Raise every process group's timeout to :data:`HELD_TIMEOUT` for collectives started from now (as
+    ``torch.distributed.breakpoint`` does); the returned function puts ``seconds`` back."""
+    groups = _groups()
+    for group in groups:
+        _set_timeout(group, max(seconds, HELD_TIMEOUT))
+
+    def restore() -> None:
+        for group in groups:
+            _set_timeout(group, seconds)
+
+    return restore
+
+
+def _groups() -> list[Any]:
+    try:
+        from torch.distributed import distributed_c10d as c10d
+
+        return list(c10d._world.pg_map)  # noqa: SLF001 (torch.distributed.breakpoint reads the same map)
+    except Exception:  # noqa: BLE001 (no torch, or no group: nothing to hold)
+        return []
+
+
+def _set_timeout(group: Any, seconds: float) -> None:
+    import warnings
+
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a backend without the setting (HCCL's) keeps its own
+            c10d._set_pg_timeout(timedelta(seconds=seconds), group)  # noqa: SLF001
+    except Exception as exc:  # noqa: BLE001 (a group torch no longer knows)
+        log.debug("nbdist: could not set a group's timeout: %s", exc)
+
+
+def breakpoint(ranks: str | int | list[int] | None = None, frame: FrameType | None = None) -> None:  # noqa: A001
+    """Stop in the debugger on ``ranks`` only (``"1,3"``, ``"0-2"``, ``2``, a list; None: every rank).
+
+    Inside a ``%%collective`` body, as ``breakpoint()`` there (:mod:`nbdist.debug.breakpoints`). Elsewhere
+    (a plain cell, a script exported with ``nbdist export``), Python's debugger on the listed ranks, as
+    ``breakpoint()`` in a torchrun script: the rank is torch's, or the ``RANK`` environment variable.
+    """
+    rank = _this_rank()
+    if ranks is not None and rank not in _ranks(ranks):
+        return
+    frame = frame or sys._getframe(1)  # noqa: SLF001 (the caller's frame)
+    hook = sys.breakpointhook
+    owner = getattr(hook, "__self__", None)
+    if isinstance(owner, Breakpoints):
+        owner.stop_at(frame)
+    elif os.environ.get("PYTHONBREAKPOINT") != "0":
+        pdb.Pdb().set_trace(frame)
+
+
+def _ranks(ranks: str | int | list[int]) -> list[int]:
+    if isinstance(ranks, int):
+        return [ranks]
+    if isinstance(ranks, str):
+        return ranksets.parse(ranks)
+    return [int(r) for r in ranks]
+
+
+def _this_rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:  # noqa: BLE001 (no torch: the environment's rank)
+        pass
+    return int(os.environ.get("RANK", "0"))
+
+
+__all__ = ["Breakpoints", "breakpoint", "calls_breakpoint"]
