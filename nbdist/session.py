@@ -26,7 +26,7 @@ from .cell.plain import PlainNet
 from .cell.stopper import Stopper
 from .cell.turn import Phase
 from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig
-from .debug import breakpoints, postmortem
+from .debug import aids, postmortem
 from .drive import follow
 from .drive.slurm import SlurmJob
 from .drive.workers import Workers
@@ -106,7 +106,7 @@ class Session:
         self.threads_before: int | None = None  # torch's thread count before nbdist set it (backend.threads)
         self.run_body = cells.watched_body  # how a %%collective's body runs (the interleaving explorer's has none)
         self.kept = postmortem.Kept()  # this rank's last failed %%collective body, for %dist_pdb
-        self.breakpoints = breakpoints.Breakpoints(self.secret, lambda: self.pg_timeout)  # armed in each body
+        self.aids = aids.Aids(self.secret, lambda: self.pg_timeout)  # breakpoints, where a hung cell's ranks were
 
     # --- joining ------------------------------------------------------------
     def prepare(self) -> None:
@@ -452,7 +452,7 @@ class Session:
                 if self.guard is not None:
                     self.guard.new_cell()  # a stop sent during the driver's last cell is not for this one
             flags = dataclasses.replace(flags, view=flags.view or self.view)  # the cell's own, else this notebook's
-            answering = (self.breakpoints.answering(world, keys.step(self.turn.step))  # its followers' breakpoints
+            answering = (self.aids.breakpoints.answering(world, keys.step(self.turn.step))  # followers' breakpoints
                          if align is None and self.drive.holding and self.turn.step is not None
                          else contextlib.nullcontext())
             with answering:
@@ -461,7 +461,7 @@ class Session:
                                  rebuild=lambda n: self.rebuild_process_group(f"t{n}", n),
                                  turn=self.turn, state=self.group_state(world, gen), stopper=self.stopper,
                                  driver=driver, draw_live=self.process == "kernel", run_body=self.run_body,
-                                 keep=self.kept.body_ended, breakpoints=self.breakpoints)
+                                 keep=self.kept.body_ended, aids=self.aids)
         except StoreConnectionError as exc:
             marker = world.client.marker
             hosts = [i for i, r in enumerate(world.ranks)

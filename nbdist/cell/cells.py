@@ -85,6 +85,7 @@ class Outcome:
     mismatch: str | None = None  # collectives that ran but did not match across ranks (seen after the body)
     view: str | None = None  # how the table is drawn: "ranks", "groups" or None (by the number of ranks)
     show: tuple[int, ...] | None = None  # the ranks whose columns the table shows (None: every rank's)
+    where: str | None = None  # where every rank was while the cell hung (nbdist.debug.hangs), if it asked
 
 
 def _flags_text(flags: dict[str, Any]) -> str:
@@ -204,19 +205,27 @@ class Body:
     activate: Callable[[Checker | None], None]
     turn: Turn
     keep: capture.Keep | None = None  # told how the body ended (%dist_pdb keeps a failure)
-    breakpoints: Any = None  # arms breakpoints during the body (nbdist.debug.breakpoints.Breakpoints)
+    aids: Any = None  # breakpoints in the body, and the hang report (nbdist.debug.aids.Aids)
+    hang: Any = None  # this cell's hang report (nbdist.debug.hangs.Hang), if this rank asks for one
 
 
 def watched_body(b: Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
     """Run the body with a :class:`~nbdist.cell.watch.CellWatch` beside it; its capture, why the watcher stopped
     it (or None) and whether the stop button did."""
-    with CellWatch(b.world, b.watch_client, b.cell, b.checker, b.label, on_tick=b.live.tick,
+    def on_tick() -> None:  # the watcher's slice: the live table, and where every rank is once it waits long
+        b.live.tick()
+        if b.hang is not None:
+            b.hang.tick()
+
+    with CellWatch(b.world, b.watch_client, b.cell, b.checker, b.label, on_tick=on_tick,
                    max_time=b.flags.max_time, stopper=b.stopper, driver=b.driver, since=Since()) as watch:
+        if b.hang is not None:
+            b.hang.stuck_since = watch.stuck_since
         b.activate(b.checker)
         if b.stopper is not None:
             b.stopper.arm()
-        armed = (contextlib.nullcontext() if b.breakpoints is None
-                 else b.breakpoints.armed(b.world, b.cell, b.label, b.source, b.driver))
+        armed = (contextlib.nullcontext() if b.aids is None
+                 else b.aids.breakpoints.armed(b.world, b.cell, b.label, b.source, b.driver))
         try:
             with b.turn.stops.released(), armed:
                 cap = capture.run_cell(b.shell, b.source, b.output, b.keep)
@@ -232,7 +241,7 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
         params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[int], None],
         turn: Turn, state: dict[str, Any], stopper: Stopper | None = None, driver: int | None = None,
         draw_live: bool = True, run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]]
-        = watched_body, keep: capture.Keep | None = None, breakpoints: Any = None) -> Outcome:
+        = watched_body, keep: capture.Keep | None = None, aids: Any = None) -> Outcome:
     """Run ``source`` on this rank as the world's step ``turn.step``, in lockstep with the others (see the module
     docstring).
 
@@ -245,15 +254,15 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
     ``driver``, on a follower, is the rank whose stop button ends this body too; ``draw_live`` False (a
     rank with no front end, ``nbdist follow``): it publishes its part of the live table and draws none.
     ``run_body`` runs the body (:func:`watched_body`; the interleaving explorer's ranks have none);
-    ``keep`` is told how it ended (:func:`nbdist.cell.capture.run_cell`); ``breakpoints`` arms breakpoints
-    during it (:class:`nbdist.debug.breakpoints.Breakpoints`).
+    ``keep`` is told how it ended (:func:`nbdist.cell.capture.run_cell`); ``aids`` arms breakpoints during it
+    and reports where every rank was if the cell hangs (:class:`nbdist.debug.aids.Aids`).
     """
     step = turn.step
     assert step is not None, "the turn claims its step first"
     with turn.guarded(world, source):
         with turn.stops.held(take=False):  # a press it did not take came as the cell ended: nothing left to stop
             outcome = _run(world, step, step_name(step), shell, source, flags, watch_client, params, activate,
-                           rebuild, stopper, driver, state, draw_live, turn, run_body, keep, breakpoints)
+                           rebuild, stopper, driver, state, draw_live, turn, run_body, keep, aids)
         turn.stops.drop()
         return outcome
 
@@ -262,7 +271,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
          params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[int], None],
          stopper: Stopper | None, driver: int | None, state: dict[str, Any], draw_live: bool, turn: Turn,
          run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]],
-         keep: capture.Keep | None = None, breakpoints: Any = None) -> Outcome:
+         keep: capture.Keep | None = None, aids: Any = None) -> Outcome:
     label = f"%%collective #{n}"
     timeout = flags.timeout
     digest = hashlib.sha256(source.encode()).hexdigest()
@@ -291,9 +300,10 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     publisher = shell.display_pub if draw_live else None
     live = LiveTable(world, cell, f"{label} · {world.world_size} ranks", output, publisher, flags.live,
                      view=flags.view, show=flags.show,
-                     place=lambda: (None if breakpoints is None else breakpoints.place()) or where(
+                     place=lambda: (None if aids is None else aids.breakpoints.place()) or where(
                          checker.inside or checker.reaching, cell_line(body_thread)))
     body_started = time.monotonic()
+    hang = None if aids is None else aids.hang(world, asks=driver is None)
     reason: dict[str, Any] | None = None
     interrupted = False
     if flags.ranks is not None and world.rank not in flags.ranks:
@@ -303,8 +313,11 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     else:
         world.note(f"running {label}", cell=n, body=cell)
         cap, reason, interrupted = run_body(Body(world, watch_client, cell, label, shell, source, output, checker,
-                                                 live, flags, stopper, driver, activate, turn, keep, breakpoints))
+                                                 live, flags, stopper, driver, activate, turn, keep, aids, hang))
     turn.enter(Phase.ENDING)
+    if hang is not None:
+        body_ended = time.monotonic()
+        hang.stuck_since = lambda: body_ended  # at the cell's end, waiting for the others
     live.finish(cap)
     record: dict[str, Any]
     try:
@@ -318,7 +331,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
         failure = StoreConnectionError(reason.get("message", "the rendezvous server went away"))
         mine = [record if i == world.rank else None for i in range(world.world_size)]
         failure.outcome = Outcome(n, mine, reason, rebuilt, live_id=live.display_id,  # type: ignore[attr-defined]
-                                  view=flags.view, show=flags.show)
+                                  view=flags.view, show=flags.show, where=None if hang is None else hang.text())
         raise failure
     error = record["error"]
     if error is not None and reason is None:
@@ -338,18 +351,20 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
     outs = [world.key(keys.out(cell, i)) for i in range(world.world_size)]
     try:
         world.barrier(keys.ending(cell), timeout, f"{label} (end)", then=f"finished {label}",
-                      on_tick=lambda: _end_tick(world, cell, live, flags, body_started, turn),
+                      on_tick=lambda: _end_tick(world, cell, live, flags, body_started, turn, hang),
                       working=lambda _, last: at_work(cell, last) and _within_max_time(flags, body_started))
     except (NbdistError, KeyboardInterrupt) as exc:
         if world.pg is not None:
             world.pg.distrust(f"the end of {label} was not reached by every rank")
         exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in outs], reason, rebuilt,  # type: ignore[union-attr]
-                              live_id=live.display_id, view=flags.view, show=flags.show)
+                              live_id=live.display_id, view=flags.view, show=flags.show,
+                              where=None if hang is None else hang.text())
         raise
     turn.done()  # the cell ended on every rank
     world.note(f"finished {label}", cell=n)
     outcome = Outcome(n, [json.loads(t) for t in world.client.multi_get(outs)], reason, rebuilt,
-                      live_id=live.display_id, view=flags.view, show=flags.show)
+                      live_id=live.display_id, view=flags.view, show=flags.show,
+                      where=None if hang is None else hang.text())
     outcome.mismatch = _history_mismatch(outcome.captures)
     distrusted = procgroup.verdict({i: (c or {}).get("pg") for i, c in enumerate(outcome.captures)})
     if distrusted is not None:
@@ -372,10 +387,14 @@ def _within_max_time(flags: Flags, started: float) -> bool:
     return flags.max_time is None or time.monotonic() - started < flags.max_time + MAX_TIME_GRACE
 
 
-def _end_tick(world: World, cell: str, live: LiveTable, flags: Flags, started: float, turn: Turn) -> None:
-    """While this rank waits for the others at the end of the cell: a held press, the live table, and --max-time."""
+def _end_tick(world: World, cell: str, live: LiveTable, flags: Flags, started: float, turn: Turn,
+              hang: Any = None) -> None:
+    """While this rank waits for the others at the end of the cell: a held press, the live table, --max-time,
+    and where every rank is once it waits long."""
     turn.stops.check()
     live.tick()
+    if hang is not None:
+        hang.tick()
     if not _within_max_time(flags, started):
         running = [world.describe(i) for i in range(world.world_size)
                    if (world.client.get_json_if(world.key(keys.last(i))) or {}).get("body") == cell]
@@ -432,7 +451,10 @@ def error_for(world: World, outcome: Outcome) -> BaseException | None:
     if own and own.get("interrupted"):
         if own.get("ename") == "BdbQuit":  # q in its debugger: the cell ended, not following (a driven rank)
             return StoppedError(f"{world.describe(world.rank)} quit its debugger (q): the cell ended on every rank")
-        return KeyboardInterrupt()
+        stopped = KeyboardInterrupt()
+        stopped._render_traceback_ = lambda: [  # type: ignore[attr-defined]  # the stop button: one line, no frames
+            "KeyboardInterrupt: this rank's cell was stopped; the other ranks were told (its table is above)"]
+        return stopped
     if own and not own.get("consequence"):
         return _own_error(world, own)
     reason = outcome.reason

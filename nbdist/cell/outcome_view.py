@@ -35,7 +35,8 @@ def final_table(world: Any, outcome: cells.Outcome) -> CellTable:
         title += " · partial: some ranks sent no result"
     drawn = cell_table(title, world.ranks, shown, view=outcome.view,
                        show=None if outcome.show is None else list(outcome.show))
-    drawn.footer = "\n".join(note for note in (group_note(outcome), debug_hint(captures)) if note)
+    drawn.footer = "\n".join(note for note in (group_note(outcome), debug_hint(captures), where_note(outcome))
+                              if note)
     return drawn
 
 
@@ -48,6 +49,14 @@ def show_table(world: Any, outcome: cells.Outcome) -> None:
         display(table)
     elif table.footer:
         display(Message(table.footer))
+
+
+def where_note(outcome: cells.Outcome) -> str:
+    """Where every rank was while the cell hung (:mod:`nbdist.debug.hangs`), if it ended badly: stopped, timed
+    out, failed on a rank, or cut for a mismatch."""
+    failed = outcome.reason is not None or outcome.mismatch is not None or any(
+        c is None or c.get("error") for c in outcome.captures)
+    return outcome.where or "" if failed else ""
 
 
 def group_note(outcome: cells.Outcome) -> str:

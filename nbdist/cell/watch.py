@@ -189,6 +189,13 @@ class CellWatch:
                 except Exception:  # a display problem must never stop the watcher
                     log.exception("nbdist: the live table failed")
 
+    def stuck_since(self) -> float | None:
+        """Since when the body has waited in one collective (nbdist's, torch's own, or its comparison); None:
+        it does not wait in one now."""
+        times = [t for t in (self.checker.inside, self.checker.reaching) if t is not None]
+        since = [t[1] for t in times] + ([self._own_since] if self._own_since is not None else [])
+        return min(since) if since else None
+
     def in_use(self) -> bool:
         """Whether the cell started a collective (always, for a watch that began at its first one)."""
         if not self._used:
