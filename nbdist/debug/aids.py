@@ -19,4 +19,4 @@ class Aids:
 
     def hang(self, world: World, asks: bool) -> hangs.Hang | None:
         """This cell's hang report, where this rank ``asks`` (a rank with a notebook: not a follower)."""
-        return hangs.hang(world, self.secret) if asks else None
+        return hangs.Hang(world, lambda: self.breakpoints.key_for(world)) if asks else None

@@ -112,9 +112,10 @@ def _debugger(here: Here, **kwargs: Any) -> Any:
 class Here:
     """One ``%%collective`` body on this rank, while breakpoints stop in nbdist's debugger."""
 
-    def __init__(self, world: World, cell: str, label: str, driven: bool, key: bytes | None, out: Any,
+    def __init__(self, world: World, cell: str, label: str, driven: bool, key: Callable[[], bytes | None], out: Any,
                  driver: int | None = None) -> None:
-        self.world, self.cell, self.label, self.driven, self.key, self.out = world, cell, label, driven, key, out
+        self.world, self.cell, self.label, self.driven, self.out = world, cell, label, driven, out
+        self.key = key  # the world's key, taken when a breakpoint is relayed (a key costs a millisecond)
         self.driver = driver
         self.at: int | None = None  # the cell line of the prompt this rank waits at (None: not at a prompt)
         self.channel: relay.Channel | None = None  # a driven rank's relay, while its debugger runs
@@ -135,7 +136,8 @@ class Here:
         debugger.set_trace(frame)
 
     def _relayed(self, frame: FrameType) -> None:
-        if self.key is None:
+        key = self.key()
+        if key is None:
             self.out.write(f"nbdist: {self.world.describe(self.world.rank)} cannot relay its debugger (the world "
                            "has no key to sign it with): the breakpoint is skipped\n")
             return
@@ -143,8 +145,8 @@ class Here:
         n = client.add(world.key(keys.BP_ASKS), 1)
         record = {"n": n, "round": world.round, "rank": world.rank, "cell": self.cell, "line": cell_line_of(frame),
                   "t": time.time()}
-        client.set_json(world.key(keys.bp_ask(n)), signing.seal(self.key, ASK, record))
-        self.channel = relay.Channel(client, self.key, world.round, n, world.rank, space="bp")
+        client.set_json(world.key(keys.bp_ask(n)), signing.seal(key, ASK, record))
+        self.channel = relay.Channel(client, key, world.round, n, world.rank, space="bp")
         self.output = relay.Output()
         stdin = relay.Input(self.channel, self.output, relay.IDLE_TIMEOUT, self._gone())
         debugger = _debugger(self, stdin=stdin, stdout=self.output, nosigint=True)
@@ -205,7 +207,8 @@ class Breakpoints:
         self.out = out  # where this notebook's debugger and relayed prompts write (None: the kernel's stdout)
         self.read_line = read_line  # reads a line typed for a relayed prompt (None: input(), the notebook's box)
         self.here: Here | None = None
-        self._answering: tuple[World, bytes, str] | None = None  # (world, key, cell) while this notebook answers
+        self._answering: tuple[World, str] | None = None  # (world, cell) while this notebook answers
+        self._keys: tuple[int, int, bytes | None] | None = None  # (id of the world, its round, its key)
         self._seen: tuple[int, int] = (-1, 0)  # (world round, the last breakpoint record looked at)
         self._open: dict[int, tuple[relay.Channel, str]] = {}
         self._next_look = 0.0
@@ -216,11 +219,17 @@ class Breakpoints:
         here = self.here
         return None if here is None else here.place()
 
-    def _key(self) -> bytes | None:
+    def key_for(self, world: World) -> bytes | None:
+        """The world's key (None: it has none here), made once per world round: it costs a millisecond."""
+        cached = self._keys
+        if cached is not None and cached[:2] == (id(world), world.round):
+            return cached[2]
         try:
-            return signing.key_from(self.secret())
+            key: bytes | None = signing.key_from(self.secret())
         except signing.SigningError:
-            return None
+            key = None
+        self._keys = (id(world), world.round, key)
+        return key
 
     def _out(self) -> Any:
         return self.out if self.out is not None else real_stream(sys.stdout)
@@ -229,7 +238,7 @@ class Breakpoints:
     def armed(self, world: World, cell: str, label: str, source: str, driver: int | None) -> Iterator[None]:
         """During a body: ``breakpoint()``, ``pdb.set_trace()`` and :func:`breakpoint` stop in nbdist's debugger."""
         driven = driver is not None and driver != world.rank
-        here = Here(world, cell, label, driven, self._key() if driven else None, self._out(), driver)
+        here = Here(world, cell, label, driven, lambda: self.key_for(world), self._out(), driver)
         saved = sys.breakpointhook, pdb.set_trace
         sys.breakpointhook, pdb.set_trace = self._hook, self._set_trace  # type: ignore[assignment]
         restore = _hold_timeouts(self.pg_timeout()) if calls_breakpoint(source) else None
@@ -266,11 +275,7 @@ class Breakpoints:
     def answering(self, world: World, cell: str) -> Iterator[None]:
         """While this notebook's driven ``cell`` runs (its body and its end): wherever it waits in nbdist, it
         answers its followers' breakpoints (:meth:`serve`)."""
-        key = self._key()
-        if key is None:
-            yield
-            return
-        self._answering, self._open, self._next_look = (world, key, cell), {}, 0.0
+        self._answering, self._open, self._next_look = (world, cell), {}, 0.0
         world.attend = self.serve
         try:
             yield
@@ -289,10 +294,14 @@ class Breakpoints:
         if now < self._next_look:
             return
         self._next_look = now + LOOK_EVERY
+        world, cell = self._answering
+        key = self.key_for(world)
+        if key is None:
+            return  # nothing can be checked here: a driven rank's breakpoint says it cannot relay
         self._busy = True
         try:
             out = self._out()
-            self._look(out, *self._answering)
+            self._look(out, world, key, cell)
             self._answer(out)
         finally:
             self._busy = False

@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..world import signing
 from ..world.world import World
 from . import report, where
 
@@ -32,8 +31,9 @@ ANSWER_WAIT = 5.0  # seconds it waits for the answers (each rank answers within 
 class Hang:
     """One cell on one rank: asks where every rank is once it waits long, and keeps the report."""
 
-    def __init__(self, world: World, key: bytes, stuck_since: Callable[[], float | None] = lambda: None) -> None:
-        self.world, self.key = world, key
+    def __init__(self, world: World, key: Callable[[], bytes | None],
+                 stuck_since: Callable[[], float | None] = lambda: None) -> None:
+        self.world, self.key = world, key  # the world's key, taken when it asks (a key costs a millisecond)
         self.stuck_since = stuck_since  # since when this rank waits in one place (None: it does not wait)
         self._asked_at: float | None = None  # monotonic time of the last ask
         self._thread: threading.Thread | None = None
@@ -55,9 +55,12 @@ class Hang:
 
     def _ask(self, at: float) -> None:
         world = self.world
+        key = self.key()
+        if key is None:
+            return  # no key to sign the request with: the world has no token and no key file here
         client = world.client.clone(op_timeout=5.0)
         try:
-            got = where.ask(client, world.round, world.world_size, self.key, timeout=ANSWER_WAIT,
+            got = where.ask(client, world.round, world.world_size, key, timeout=ANSWER_WAIT,
                             by=f"{world.describe(world.rank)}, stuck in a cell")
             text = report.text(got.answers, got.silent, world.world_size, world.describe, seconds=got.seconds)
             self._report = (text, at)
@@ -74,12 +77,3 @@ class Hang:
         ago = time.monotonic() - at
         body = text.split("\n", 1)[1].lstrip("\n") if "\n" in text else text
         return f"nbdist: where every rank was {ago:.0f} s before the cell ended (as %dist_where shows it):\n{body}"
-
-
-def hang(world: World, secret: Callable[[], str]) -> Hang | None:
-    """A :class:`Hang` for this cell, or None where the world has no key to sign the request with."""
-    try:
-        key = signing.key_from(secret())
-    except signing.SigningError:
-        return None
-    return Hang(world, key)

@@ -2,8 +2,9 @@
 
 torch 2.13 records every process group's collectives, gloo's too, in a ring of
 the last ``TORCH_FR_BUFFER_SIZE`` (default 2000; 0 turns it off) per process,
-read with ``torch._C._distributed_c10d._dump_fr_trace_json`` (and NCCL's with
-``_dump_nccl_trace_json``). A rank takes its
+read with ``torch._C._distributed_c10d._dump_fr_trace_json`` (NCCL's with ``_dump_nccl_trace_json``, and
+HCCL's, where torch_npu is imported, with ``torch_npu._C._distributed_c10d._dump_hccl_trace_json``, on when
+``TORCH_HCCL_TRACE_BUFFER_SIZE`` is set). A rank takes its
 dump (:func:`capture`) keeping only its live groups' entries: nbdist builds its
 group afresh at each rebuild, under the same name, whose collective numbers
 start again at 1, so only each group's latest run of entries counts (its
@@ -23,6 +24,7 @@ import argparse
 import json
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +36,9 @@ KEEP = 64  # a group's latest entries a rank sends (the ring holds up to 2000)
 # torch's dumps: gloo's (and any backend's on CPU events), and NCCL's own recorder on a CUDA build (not tested
 # here: no GPU on this project's machines).
 DUMPS = ("_dump_fr_trace_json", "_dump_nccl_trace_json")
+# torch_npu's own recorder of HCCL's collectives (ProcessGroupHCCL's TraceUtils; the same JSON form); not
+# tested on an NPU here: no NPU on this project's machines.
+NPU_DUMP = "_dump_hccl_trace_json"
 
 
 def _live_groups() -> dict[str, dict[str, Any]]:
@@ -60,6 +65,15 @@ def _live_groups() -> dict[str, dict[str, Any]]:
         found[str(name)] = {"desc": str(getattr(pg, "group_desc", "") or ""),
                             "ranks": sorted(int(r) for r in world.pg_group_ranks.get(pg, {})), "seq": seq}
     return found
+
+
+def _npu_readers() -> list[Any]:
+    """torch_npu's HCCL recorder, where torch_npu is imported (nbdist never imports it here: see
+    :mod:`nbdist.backend.ascend`)."""
+    npu = sys.modules.get("torch_npu")
+    c10d = getattr(getattr(npu, "_C", None), "_distributed_c10d", None)
+    read = getattr(c10d, NPU_DUMP, None)
+    return [read] if read is not None else []
 
 
 def latest_run(entries: list[dict[str, Any]], seq: int | None) -> list[dict[str, Any]]:
@@ -94,7 +108,7 @@ def capture() -> dict[str, Any]:
     if not groups:
         return {"off": "no process group on this rank"}
     c10d = torch._C._distributed_c10d  # noqa: SLF001
-    readers = [getattr(c10d, name) for name in DUMPS if hasattr(c10d, name)]
+    readers = [getattr(c10d, name) for name in DUMPS if hasattr(c10d, name)] + _npu_readers()
     if not readers:
         return {"off": f"torch {torch.__version__} has no Flight Recorder dump"}
     by_group: dict[str, list[dict[str, Any]]] = {}
@@ -102,7 +116,7 @@ def capture() -> dict[str, Any]:
     for read in readers:
         try:
             raw = read(includeCollectives=True, onlyActive=False)
-        except RuntimeError as exc:  # NCCL's recorder on a build or group that has none
+        except (RuntimeError, TypeError) as exc:  # NCCL's or HCCL's recorder on a build or group that has none
             log.debug("nbdist: %s: %s", getattr(read, "__name__", "a Flight Recorder dump"), exc)
             continue
         dump = json.loads(raw.decode() if isinstance(raw, bytes) else raw)

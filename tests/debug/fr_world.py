@@ -3,7 +3,9 @@
 Run as ``python -m tests.debug.fr_world RANK PORT OUT MODE``, one process per rank. The default group is
 built, used, destroyed and built again under the same name (as nbdist rebuilds it), a ``new_group`` is
 used, then the ranks part: ``missing``: rank 1 skips an ``all_reduce`` that rank 0 enters; ``differs``:
-rank 1 calls ``broadcast`` where rank 0 calls ``all_reduce``; ``ddp``: rank 1 skips ``loss.backward()`` of a
+rank 1 calls ``broadcast`` where rank 0 calls ``all_reduce``; ``npu``: as ``missing``, read through
+a stand-in for torch_npu's HCCL recorder (``_dump_hccl_trace_json``, which returns the same JSON);
+``ddp``: rank 1 skips ``loss.backward()`` of a
 DDP model, whose gradients rank 0 all-reduces alone. Each rank writes
 :func:`nbdist.debug.recorder.capture` to ``OUT/rankR.json`` and exits without waiting for its last op.
 """
@@ -14,6 +16,7 @@ import json
 import os
 import sys
 import time
+import types
 from datetime import timedelta
 
 import torch
@@ -52,6 +55,11 @@ def main(rank: int, port: int, out: str, mode: str) -> None:
         work = dist.broadcast(torch.ones(5), 1, async_op=True)
     else:
         work = None
+    if mode == "npu":  # read as from torch_npu's HCCL recorder: the same JSON, through torch_npu's own reader
+        read = torch._C._distributed_c10d._dump_fr_trace_json  # noqa: SLF001
+        sys.modules["torch_npu"] = types.SimpleNamespace(
+            _C=types.SimpleNamespace(_distributed_c10d=types.SimpleNamespace(_dump_hccl_trace_json=read)))
+        recorder.DUMPS = ()  # torch's own readers off: only torch_npu's answers
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(recorder.capture(), f)
     store.set(f"written/{rank}", "1")

@@ -41,8 +41,8 @@ class RankOne(threading.Thread):
     def __init__(self, client: StoreClient, key: bytes = KEY) -> None:
         super().__init__(daemon=True)
         self.world = world_of_two(client.clone(), 1)
-        self.here = breakpoints.Here(self.world, CELL, "%%collective #12", driven=True, key=key, out=io.StringIO(),
-                                     driver=0)
+        self.here = breakpoints.Here(self.world, CELL, "%%collective #12", driven=True, key=lambda: key,
+                                     out=io.StringIO(), driver=0)
         self.y: Any = None
         self.error: BaseException | None = None
 

@@ -59,6 +59,14 @@ def test_a_rank_that_skipped_an_all_reduce_is_named_missing_by_torchs_analyser(m
     assert side.line(2).startswith("group 1 of all 2 ranks: in step; last completed on every member: broadcast #")
 
 
+def test_torch_npus_hccl_recorder_is_read_where_torch_npu_provides_it(tmp_path):
+    # No NPU here: a stand-in torch_npu whose reader returns torch's own JSON (the form torch_npu's dump has),
+    # with torch's readers off. What HCCL itself records is untested here.
+    found = by_group(recorder.analyse(world_dumps(tmp_path, "npu")))
+    assert found["0"].line(2).startswith("the default group: all_reduce #4 (sizes [[3]]): rank 0 entered, rank 1 "
+                                         "missing"), found["0"].line(2)
+
+
 def test_only_the_rebuilt_groups_entries_are_sent_not_the_destroyed_one_of_the_same_name(missing):
     for dump in missing.values():
         numbers = [e["collective_seq_id"] for e in dump["entries"] if e["group"] == "0"]
