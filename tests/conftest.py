@@ -6,6 +6,7 @@ import ast
 import contextlib
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -170,6 +171,39 @@ def driver() -> Iterator[kernels.Kernel]:
         yield k
     finally:
         k.shutdown()
+
+
+@contextlib.contextmanager
+def spawned_world(n: int, extra: str = "") -> Iterator[kernels.Kernel]:
+    """One notebook driving ``n - 1`` spawned workers (``%dist_init --spawn N``), for a module to share."""
+    k = kernels.Kernel()
+    try:
+        ok([k.execute("%load_ext nbdist", timeout=60)])
+        ok([k.execute(f"%dist_init --spawn {n} --master-port {free_port()} {extra}".rstrip(), timeout=300)])
+        yield k
+    finally:
+        k.shutdown()
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def plain_text(r: kernels.Result) -> str:
+    """What a cell showed, without terminal colours."""
+    return ANSI.sub("", r.text())
+
+
+def typing(lines: list[str], first_look: float = 0.0) -> tuple[Callable[[str], str], list[str]]:
+    """Answers for a kernel's input(): ``lines`` in turn, the first after ``first_look`` s; and the prompts."""
+    prompts: list[str] = []
+
+    def answer(prompt: str) -> str:
+        prompts.append(prompt)
+        if len(prompts) == 1:
+            time.sleep(first_look)
+        return lines.pop(0)
+
+    return answer, prompts
 
 
 @pytest.fixture

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from nbdist.drive import kernels
 
-from .conftest import free_port, lend, ok
+from .conftest import ANSI, lend, ok, plain_text, spawned_world, typing
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Rank 1 stops before its all_reduce, where its x is 41 (rank 0's would be 40); --timeout 3 s.
 STOPS_ON_RANK_1 = ("%%collective --timeout 3\nx = torch.full((2,), 40.0 + RANK)\nif RANK == 1:\n    breakpoint()\n"
                    "y = x * 10\ndist.all_reduce(x)\nprint('done', RANK, x.tolist())\n")
@@ -21,21 +20,8 @@ NEXT = "%%collective\nt = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())"
 LOOK = 5.0  # seconds a person reads the first prompt: past the cell's --timeout
 
 
-def typing(lines: list[str], first_look: float = 0.0) -> tuple[Callable[[str], str], list[str]]:
-    """Answers for a kernel's input(): ``lines`` in turn, the first after ``first_look`` s; and the prompts."""
-    prompts: list[str] = []
-
-    def answer(prompt: str) -> str:
-        prompts.append(prompt)
-        if len(prompts) == 1:
-            time.sleep(first_look)
-        return lines.pop(0)
-
-    return answer, prompts
-
-
 def text(r: kernels.Result) -> str:
-    return ANSI.sub("", r.text())
+    return plain_text(r)
 
 
 def in_the_debugger(r: kernels.Result, rank: int) -> bool:
@@ -47,13 +33,8 @@ def in_the_debugger(r: kernels.Result, rank: int) -> bool:
 @pytest.fixture(scope="module")
 def driving() -> Iterator[kernels.Kernel]:
     """One notebook driving two spawned workers (``%dist_init --spawn 3``)."""
-    k = kernels.Kernel()
-    try:
-        ok([k.execute("%load_ext nbdist", timeout=60)])
-        ok([k.execute(f"%dist_init --spawn 3 --master-port {free_port()}", timeout=180)])
+    with spawned_world(3) as k:
         yield k
-    finally:
-        k.shutdown()
 
 
 @pytest.mark.timeout(300)

@@ -7,44 +7,27 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from nbdist.drive import kernels
 
-from .conftest import free_port, lend, ok
+from .conftest import free_port, lend, ok, plain_text, spawned_world, typing
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Rank 1 divides by zero inside divide(), where its x is 41 (rank 0's would be 40).
 FAILS_ON_RANK_1 = "%%collective\ndef divide(x):\n    return x / (1 - RANK)\nx = 40 + RANK\ny = divide(x)\n"
 
 
-def typing(lines: list[str]) -> tuple[Callable[[str], str], list[str]]:
-    """Answers for a kernel's input(): ``lines`` in turn; and the prompts it showed."""
-    prompts: list[str] = []
-
-    def answer(prompt: str) -> str:
-        prompts.append(prompt)
-        return lines.pop(0)
-
-    return answer, prompts
-
-
 def text(r: kernels.Result) -> str:
-    return ANSI.sub("", r.text())
+    return plain_text(r)
 
 
 @pytest.fixture(scope="module")
 def driving() -> Iterator[kernels.Kernel]:
     """One notebook driving a spawned worker (``%dist_init --spawn 2``)."""
-    k = kernels.Kernel()
-    try:
-        ok([k.execute("%load_ext nbdist", timeout=60)])
-        ok([k.execute(f"%dist_init --spawn 2 --master-port {free_port()}", timeout=180)])
+    with spawned_world(2) as k:
         yield k
-    finally:
-        k.shutdown()
 
 
 @pytest.mark.timeout(300)
