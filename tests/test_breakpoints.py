@@ -20,10 +20,6 @@ NEXT = "%%collective\nt = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())"
 LOOK = 5.0  # seconds a person reads the first prompt: past the cell's --timeout
 
 
-def text(r: kernels.Result) -> str:
-    return plain_text(r)
-
-
 def in_the_debugger(r: kernels.Result, rank: int) -> bool:
     """Whether the cell's live table said that ``rank`` was in the debugger at cell line 5."""
     return any(re.search(rf"rank {rank} [^\n]*\n[^\n]*in the debugger at cell line 5", ANSI.sub("", u))
@@ -41,7 +37,7 @@ def driving() -> Iterator[kernels.Kernel]:
 def test_rank_1s_breakpoint_is_answered_in_the_driving_notebook_while_the_others_wait_past_their_timeout(driving):
     answer, prompts = typing(["p x", "n", "p y", "c"], first_look=LOOK)
     r = driving.execute(STOPS_ON_RANK_1, timeout=120, stdin=answer)
-    shown = text(r)
+    shown = plain_text(r)
     assert r.status == "ok", r.error
     assert re.search(r"nbdist: rank 1 \(.+\) stopped at a breakpoint at cell line 4", shown), shown
     assert len(prompts) == 4 and all(re.fullmatch(r"rank 1 \(.+\) ipdb> ", p) for p in prompts), prompts
@@ -58,10 +54,10 @@ def test_q_at_a_relayed_prompt_ends_the_cell_on_every_rank_and_the_next_cell_wor
     r = driving.execute(STOPS_ON_RANK_1, timeout=120, stdin=answer)
     assert r.status == "error"
     assert re.search(r"rank 1 \(.+\) quit its debugger \(q\)", r.error["evalue"]), r.error
-    assert not re.search(r"done \d \[", text(r)), text(r)  # no rank ran past it
+    assert not re.search(r"done \d \[", plain_text(r)), plain_text(r)  # no rank ran past it
     r = driving.execute(NEXT, timeout=120)
     assert r.status == "ok", r.error
-    assert "3.0" in text(r), text(r)  # all three ranks, still following
+    assert "3.0" in plain_text(r), plain_text(r)  # all three ranks, still following
 
 
 @pytest.mark.timeout(300)
@@ -75,7 +71,7 @@ def test_the_stop_button_at_a_relayed_prompt_ends_the_cell_and_that_ranks_debugg
     assert r.status == "error" and r.error["ename"] == "KeyboardInterrupt", r.error
     r = driving.execute(NEXT, timeout=120)
     assert r.status == "ok", r.error
-    assert "3.0" in text(r), text(r)
+    assert "3.0" in plain_text(r), plain_text(r)
 
 
 @pytest.mark.timeout(300)
@@ -83,7 +79,7 @@ def test_two_ranks_at_a_breakpoint_are_answered_one_after_another_each_prompt_la
     cell = "%%collective\nimport nbdist\nx = RANK * 100\nnbdist.breakpoint(ranks='1,2')\nprint('after', x)\n"
     answer, prompts = typing(["p x", "c", "p x", "c"])
     r = driving.execute(cell, timeout=120, stdin=answer)
-    shown = text(r)
+    shown = plain_text(r)
     assert r.status == "ok", r.error
     ranks = [int(p.split()[1]) for p in prompts]  # the order they came in (the rank answered last goes first)
     assert sorted(ranks) == [1, 1, 2, 2] and all(re.fullmatch(r"rank [12] \(.+\) ipdb> ", p) for p in prompts), prompts
@@ -102,8 +98,8 @@ def test_in_a_peer_world_rank_1_debugs_in_its_own_notebook_while_rank_0_waits_pa
     results = kernels.execute_all(peers, STOPS_ON_RANK_1, timeout=120, stdin=[None, answer])
     ok(results)
     assert prompts == ["ipdb> ", "ipdb> "], prompts
-    assert "tensor([41., 41.])" in text(results[1]), text(results[1])
-    assert "done 0 [81.0, 81.0]" in text(results[0]), text(results[0])
+    assert "tensor([41., 41.])" in plain_text(results[1]), plain_text(results[1])
+    assert "done 0 [81.0, 81.0]" in plain_text(results[0]), plain_text(results[0])
     assert in_the_debugger(results[0], 1), results[0].updates()  # rank 0's table says where rank 1 is
 
 

@@ -19,10 +19,6 @@ from .conftest import free_port, lend, ok, plain_text, spawned_world, typing
 FAILS_ON_RANK_1 = "%%collective\ndef divide(x):\n    return x / (1 - RANK)\nx = 40 + RANK\ny = divide(x)\n"
 
 
-def text(r: kernels.Result) -> str:
-    return plain_text(r)
-
-
 @pytest.fixture(scope="module")
 def driving() -> Iterator[kernels.Kernel]:
     """One notebook driving a spawned worker (``%dist_init --spawn 2``)."""
@@ -37,7 +33,7 @@ def test_the_driving_notebook_debugs_rank_1s_failure_at_its_failing_frame_with_r
     assert "Debug a failing rank: %dist_pdb 1" in failed.text()
     answer, prompts = typing(["p x", "up", "p RANK", "q"])
     r = driving.execute("%dist_pdb 1", timeout=120, stdin=answer)
-    shown = text(r)
+    shown = plain_text(r)
     assert r.status == "ok", r.error
     assert len(prompts) == 4 and all(re.fullmatch(r"rank 1 \(.+\) ipdb> ", p) for p in prompts), prompts
     innermost, _, outer = shown.partition("\n41\n")
@@ -48,7 +44,8 @@ def test_the_driving_notebook_debugs_rank_1s_failure_at_its_failing_frame_with_r
 
     ok([driving.execute("%%collective\nprint('fine', RANK)", timeout=120)])
     r = driving.execute("%dist_pdb 1", timeout=120, stdin=typing([])[0])
-    assert re.search(r"nbdist: rank 1 \(.+\) has no failed cell to debug: its last cell succeeded", text(r)), text(r)
+    shown = plain_text(r)
+    assert re.search(r"nbdist: rank 1 \(.+\) has no failed cell to debug: its last cell succeeded", shown), shown
 
 
 @pytest.mark.timeout(300)
@@ -62,11 +59,11 @@ def test_the_stop_button_at_the_prompt_quits_rank_1s_debugger_there_and_it_can_b
 
     r = driving.execute("%dist_pdb 1", timeout=120, stdin=stop_button)
     assert r.status == "ok", r.error
-    assert re.search(r"nbdist: left the debugger of rank 1 \(.+\) \(the stop button\)", text(r)), text(r)
-    assert "\n41\n" not in text(r), text(r)
+    assert re.search(r"nbdist: left the debugger of rank 1 \(.+\) \(the stop button\)", plain_text(r)), plain_text(r)
+    assert "\n41\n" not in plain_text(r), plain_text(r)
     answer, prompts = typing(["p x", "q"])  # rank 1 quit its debugger: a new one opens at once
     r = driving.execute("%dist_pdb 1", timeout=120, stdin=answer)
-    assert r.status == "ok" and "\n41\n" in text(r) and len(prompts) == 2, (r.error, text(r), prompts)
+    assert r.status == "ok" and "\n41\n" in plain_text(r) and len(prompts) == 2, (r.error, plain_text(r), prompts)
 
 
 @pytest.mark.timeout(300)
@@ -87,7 +84,7 @@ def test_the_driving_notebook_names_rank_1_when_its_kernel_ends_while_in_its_deb
         r = k.execute("%dist_pdb 1", timeout=120, stdin=kill_then_type)
         assert r.status == "ok", r.error
         assert re.search(rf"nbdist: rank 1 \(.+, pid {pid}\) is gone: its kernel exited or was killed; its "
-                         r"debugger ended with it", text(r)), text(r)
+                         r"debugger ended with it", plain_text(r)), plain_text(r)
     finally:
         k.shutdown()
 
@@ -109,14 +106,15 @@ def test_in_a_peer_world_each_notebook_debugs_its_own_rank_and_the_others(peers)
     r = peers[0].execute("%dist_pdb 0", timeout=120, stdin=answer)
     assert r.status == "ok", r.error
     assert prompts == ["ipdb> ", "ipdb> "], prompts
-    assert "return x / RANK" in text(r) and "\n30\n" in text(r), text(r)
+    assert "return x / RANK" in plain_text(r) and "\n30\n" in plain_text(r), plain_text(r)
 
     answer, prompts = typing(["p x", "q"])  # the other notebook: rank 0's debugger relayed through the store
     r = peers[1].execute("%dist_pdb", timeout=120, stdin=answer)  # no rank: the one that failed
     assert r.status == "ok", r.error
     assert len(prompts) == 2 and prompts[0].startswith("rank 0 ("), prompts
-    assert "\n30\n" in text(r), text(r)
+    assert "\n30\n" in plain_text(r), plain_text(r)
 
     ok(kernels.execute_all(peers, "%%collective\nprint('fine', RANK)", timeout=120))
     r = peers[0].execute("%dist_pdb 0", timeout=120, stdin=typing([])[0])
-    assert re.search(r"nbdist: rank 0 \(.+\) has no failed cell to debug: its last cell succeeded", text(r)), text(r)
+    shown = plain_text(r)
+    assert re.search(r"nbdist: rank 0 \(.+\) has no failed cell to debug: its last cell succeeded", shown), shown
