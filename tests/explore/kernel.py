@@ -58,16 +58,17 @@ def _no_body(b: cells.Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool
 class Kernel:
     """See the module docstring."""
 
-    def __init__(self, world: World, hooks: Hooks, cut: str | None = None) -> None:
+    def __init__(self, world: World, hooks: Hooks, cut: str | None = None, rebuilds: bool = False) -> None:
         session = Session(None)
         session.world, session.watch_client = world, world.client
         session.process = "explorer"  # no front end: it draws no live table
         session.run_body = _no_body
         world.pg = Trusted(world.gen)
-        if cut is not None:  # its group was cut (a stopped collective): the next step rebuilds it (.groups)
+        if cut is not None or rebuilds:  # its group can be rebuilt (.groups); cut (a stopped collective): it must be
             from .groups import Link
 
-            world.pg.cut(cut)
+            if cut is not None:
+                world.pg.cut(cut)
             session.shell = SimpleNamespace(user_ns={})  # where a rebuilt cell looks for names holding the old group
             session.client, session.choice = Link(world.client), Choice("gloo", "cpu", "the explorer's")
         self.session, self.world, self.timeout = session, world, hooks.timeout
@@ -144,6 +145,7 @@ def post_run_cell() -> Iterator[None]:
         pass
 
 
-def kernel(world: World, hooks: Hooks, cut: str | None = None) -> Kernel:
-    """This rank's kernel (``cut``: its process group was cut, for this reason)."""
-    return Kernel(world, hooks, cut)
+def kernel(world: World, hooks: Hooks, cut: str | None = None, rebuilds: bool = False) -> Kernel:
+    """This rank's kernel (``cut``: its process group was cut, for this reason; ``rebuilds``: a scenario whose
+    stops may make the next cell rebuild it, :func:`.groups.modelled`)."""
+    return Kernel(world, hooks, cut, rebuilds)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from IPython.core.error import UsageError
 
+from nbdist.drive import follow
 from nbdist.errors import CellMismatchError, PeerFailedError, PeerLostError
 from nbdist.world.world import World
 
@@ -250,6 +251,76 @@ def check_rebuild(run: Run) -> None:
     inv.meets_again(run)
 
 
+# --- f. a driving notebook and its followers ---------------------------------------------------------------------
+
+TOKEN = "explore-drive"  # the world's token: the driving notebook signs its cells with it
+
+
+def _as_registered(k: Kernel, world: World) -> Kernel:
+    """The kernel's session as its registration names it (a follower checks the drive's holder by it)."""
+    session = k.session
+    session.id = world.ranks[world.rank]["session"]
+    session.drive = follow.Drive(session.id)
+    session.secret = lambda: TOKEN  # type: ignore[method-assign]
+    return k
+
+
+def drive(world: World, h: Hooks) -> tuple[object, object]:
+    """Rank 0 drives: once every other rank follows, it runs a %%collective (published to them first: F5, the
+    stop button while it publishes), then the next one, then releases the world. How each of its cells ended;
+    a follower returns what it showed for each cell and why following ended."""
+    k = _as_registered(kernel(world, h, rebuilds=True), world)
+    session = k.session
+    if world.rank != 0:
+        shown: list[object] = []
+        ended = session.follow(follow.Shows(None, lambda outcome: shown.append(outcome.number), shown.append,
+                                            lambda seconds: None))
+        return shown, ended
+    session.drive.take(world)
+    h.later()  # the followers wait for its first cell
+    FIRST_CELL[world.rank] = True
+    try:
+        first: object = k.collective(BODY)
+    except (Killed, Hung):
+        raise
+    except BaseException as exc:
+        first = exc
+    finally:
+        FIRST_CELL[world.rank] = False
+    h.later()
+    second = k.collective(BODY)
+    session.release()
+    return first, second
+
+
+def check_drive(run: Run) -> None:
+    """No wait runs out or never ends. The driving notebook's first cell opens, or ends interrupted when it was
+    stopped; each follower runs it too, or is told it stopped (naming rank 0), and follows on: the next cell
+    opens on every rank, and every follower ends following when the world is released."""
+    hit = run.hit()
+    inv.no_wait_ran_out(run)
+    for rank, outcome in sorted(run.outcomes.items()):
+        if outcome.error is not None:
+            raise Violation(f"{run.describe(rank)} {outcome}")
+        if rank == 0:
+            first, second = outcome.value
+            if isinstance(first, BaseException) and not (0 in hit and isinstance(first, KeyboardInterrupt)):
+                raise Violation(f"the driving notebook's first cell ended with {first!r}")
+            if isinstance(second, BaseException):
+                raise Violation(f"the driving notebook's next cell failed: {second!r}")
+            continue
+        shown, ended = outcome.value
+        errors = [e for e in shown if isinstance(e, BaseException)]
+        for error in errors:
+            if 0 not in hit or run.describe(0) not in str(error):
+                raise Violation(f"{run.describe(rank)} showed {error!r}, not naming the stop of {run.describe(0)}")
+        if not shown or isinstance(shown[-1], BaseException):
+            raise Violation(f"{run.describe(rank)} did not run the next cell: it showed {shown!r}")
+        if not ended.released:
+            raise Violation(f"{run.describe(rank)} stopped following: {ended}")
+    inv.meets_again(run)
+
+
 # --- the table ------------------------------------------------------------------------------------------------------
 
 
@@ -330,6 +401,15 @@ SCENARIOS: dict[str, Callable[[int], Scenario]] = {
         everywhere(BEFORE + AFTER),
         max_events=2,
         about="a, with two presses of the stop button (on one rank or two)",
+    ),
+    "drive": lambda n: Scenario(
+        "drive",
+        n,
+        drive,
+        check_drive,
+        in_first_cell(BEFORE + AFTER),
+        around=groups.modelled,
+        about="f. F5: rank 0 drives the others; the stop button at any gate of its first cell",
     ),
     "barriers": lambda n: Scenario(
         "barriers",
