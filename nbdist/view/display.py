@@ -30,6 +30,7 @@ TABLE_STYLE = f"border-collapse:collapse;{TEXT_STYLE}"
 DIFF_STYLE = "background:rgba(255,170,0,0.15)"  # JupyterLab's warn colours are opaque, and light in both themes
 STDERR_STYLE = "background:rgba(255,0,0,0.08);background-color:var(--jp-rendermime-error-background, #ff000014)"
 CELL_STYLE = f"text-align:left;vertical-align:top;padding:2px 8px;{BORDER_STYLE}"
+FOOTER_PRE = "white-space:pre;font-size:11px;background:none;padding:0"
 PRE_STYLE = "margin:0;white-space:pre-wrap;word-break:break-word;font-size:12px;background:none"
 # ansi2html's default terminal colours -> those JupyterLab gives the same escapes in a plain cell's output,
 # mid-tones that read on its light and its dark theme (ansi2html's dark blue, #0000aa, vanishes on dark).
@@ -50,8 +51,10 @@ def _ansi() -> Any:
 
 
 def footer_html(footer: str) -> str:
-    """A table's footer: each of its lines on a line of its own."""
-    return "<br>".join(html.escape(line) for line in footer.split("\n"))
+    """A table's footer: each of its lines on a line of its own; an indented line (the tree of a hang report)
+    keeps its indentation, in a fixed-width font, so that the tree's branches stay under each other."""
+    return "<br>".join(f'<code style="{FOOTER_PRE}">{html.escape(line)}</code>' if line[:1].isspace()
+                       else html.escape(line) for line in footer.split("\n"))
 
 
 def text_html(text: str) -> str:
