@@ -123,7 +123,7 @@ def execute_hang(folder: Path) -> Path:
 
 def screenshot_hang(folder: Path, out: Path, chromium: str, theme: str) -> Path:
     with lab_page(folder, "debug-hang.ipynb", chromium, theme) as page:
-        page.set_viewport_size({"width": 1100, "height": 2600})  # the whole output: 8 ranks' table and the report
+        page.set_viewport_size({"width": 1600, "height": 2400})  # wide columns, and the whole output in view
         page.wait_for_timeout(1000)
         cell = page.locator(".jp-CodeCell").filter(has_text="--max-time 20").first
         return save_element(page, cell.locator(".jp-Cell-outputWrapper"), out, "debug-hang-8", theme)
