@@ -104,5 +104,8 @@ class Stopper:
             exc, self._pending = self._pending, None
             armed = self._armed > 0 and not self._paused
         if exc is not None and armed:
+            # What it interrupted (a collective the watcher cut fails with gloo's "Connection closed by peer")
+            # is how it stopped, not why: the exception's message says why.
+            exc.__suppress_context__ = True
             raise exc
         log.debug("nbdist: a stop signal arrived with no cell to stop")
