@@ -17,6 +17,7 @@ from .cell import cells, outcome_view
 from .drive import follow, spawn
 from .errors import ConfigError, NbdistError
 from .session import Session
+from .view import notes
 from .view.display import Cell, JoinStatus, Message, SideBySide, Source, summary_table
 
 _NAME = "DistMagics"
@@ -139,8 +140,8 @@ class DistMagics(Magics):
         display(summary_table(
             f"nbdist world · {cfg.world_size} rank(s) · rendezvous {address} · this notebook is rank {cfg.rank}"
             f"{spawned}",
-            ranks, footer=" ".join(filter(None, [config.describe_sources(cfg), _version_note(ranks),
-                                                 _replaced_note(self.session.world),
+            ranks, footer=" ".join(filter(None, [config.describe_sources(cfg), notes.version_note(ranks),
+                                                 notes.replaced_note(self.session.world),
                                                  *(f"warning: {note}." for note in self.session.notes)])),
         ))
 
@@ -303,8 +304,8 @@ class DistMagics(Magics):
         table = SideBySide(f"nbdist status · round {self.session.world.round}",
                            [f"rank {r['rank']}" for r in rows], compare=False)
         table.add("state", [Cell("left" if r["left"] else "joined") for r in rows])
-        table.add("alive", [Cell(_alive(r)) for r in rows])
-        table.add("last cell", [Cell(_last(r)) for r in rows])
+        table.add("alive", [Cell(notes.alive(r)) for r in rows])
+        table.add("last cell", [Cell(notes.last_cell(r)) for r in rows])
         for label in ("backend", "device", "host", "pid"):
             table.add(label, [Cell(str(r.get(label, ""))) for r in rows])
         display(table)
@@ -512,7 +513,7 @@ class DistMagics(Magics):
         if any("node" in r for r in rows):
             table.add("node", [Cell(str(r.get("node", "not joined yet"))) for r in rows])
         table.add("pid", [Cell(str(r["pid"])) for r in rows])
-        table.add("state", [Cell(_worker_state(r)) for r in rows])
+        table.add("state", [Cell(notes.worker_state(r)) for r in rows])
         table.add("device", [Cell(str(ranks[r["rank"]].get("device", "")) if r["rank"] < len(ranks) else "")
                              for r in rows])
         table.add("last lines", [Cell("\n".join(r["log"])) for r in rows])
@@ -586,48 +587,6 @@ def _seconds(name: str, value: Any) -> float:
         return config.positive_seconds(name, value)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-
-
-def _version_note(ranks: list[dict[str, Any]]) -> str:
-    notes = []
-    for key in ("torch", "nbdist"):
-        values = {str(r.get(key)) for r in ranks}
-        if len(values) > 1:
-            notes.append(f"warning: {key} versions differ between ranks ({', '.join(sorted(values))})")
-    return "; ".join(notes)
-
-
-def _replaced_note(world: Any) -> str:
-    if world is None or world.replaced is None:
-        return ""
-    old = world.replaced
-    return (f" rejoined in place of pid {old.get('pid', '?')} on {old.get('host', '?')}, which stopped responding; "
-            "every rank rebuilds the process group at its next %%collective")
-
-
-def _worker_state(row: dict[str, Any]) -> str:
-    if not row["alive"]:
-        return "exited"
-    if row["failed"]:
-        return f"failed to join: {row['failed']}"
-    return "joined, following" if row["joined"] else "starting"
-
-
-def _alive(row: dict[str, Any]) -> str:
-    age = row["heartbeat_age"]
-    if row.get("gone"):
-        return "NO: its kernel is gone"
-    if age is None:
-        return "no heartbeat"
-    if row["alive"] and row.get("busy", 0.0) > 2:
-        return f"yes, busy for {row['busy']:.0f} s (its Python is inside one long call)"
-    return f"{'yes' if row['alive'] else 'NO'} (heartbeat {age:.1f} s ago)"
-
-
-def _last(row: dict[str, Any]) -> str:
-    if not row["last"]:
-        return ""
-    return f"{row['last']} ({row['last_age']:.0f} s ago)"
 
 
 def registered() -> DistMagics | None:

@@ -39,7 +39,7 @@ def test_short_output_is_not_truncated():
 
 
 def test_the_status_tells_a_busy_rank_from_a_gone_one():
-    from nbdist.magics import _alive
+    from nbdist.view.notes import alive as _alive
 
     alive = {"heartbeat_age": 0.4, "alive": True, "gone": False, "busy": 0.0}
     assert _alive(alive) == "yes (heartbeat 0.4 s ago)"
