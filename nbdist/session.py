@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import platform
 import socket
-import sys
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from ._version import __version__
-from .backend import backends, cpplog, debugmode, envplan, threads, tunnel, userinit
+from .backend import backends, debugmode, envplan, setup, threads, userinit
 from .backend.environ import Environ
 from .backend.procgroup import destroy_default
 from .cell import capture, cells, prestart, progress, rebuild, turn
@@ -31,7 +29,6 @@ from .drive import follow
 from .drive.slurm import SlurmJob
 from .drive.workers import Workers
 from .errors import (
-    ConfigError,
     DriveError,
     JoinError,
     NotInitializedError,
@@ -58,11 +55,6 @@ def _node_id() -> str:
         return socket.gethostname()
 
 
-def _env_lines(plan: list[envplan.EnvVar]) -> list[str]:
-    """The plan as a registration shows it (the init summary's "environment" row)."""
-    return [f"{v.key}={v.value}  # {v.source}" for v in plan if v.value is not None]
-
-
 class Session:
     """One kernel's membership of a world: server, connections, heartbeat, process group."""
 
@@ -85,7 +77,7 @@ class Session:
         self.npu_seen_when = ""
         self.notes: list[str] = []  # warnings for the init summary
         self.cpplog_note: str | None = None  # torch was imported first: its C++ log lines may show
-        self._around_tunnel: envplan.EnvVar | None = None  # the interface chosen for the peers, the master on loopback
+        self.around_tunnel: envplan.EnvVar | None = None  # the interface chosen for the peers, the master on loopback
         self.hooks = Collectives()
         self.user_init = userinit.UserInit()  # the notebook's own init_process_group, while in a world
         self.stopper = Stopper()  # lets nbdist's watchers end the running cell (--max-time, %dist_stop)
@@ -115,22 +107,7 @@ class Session:
         torch_npu reads some variables once per process (:data:`nbdist.backend.envplan.READ_ONCE`); set now,
         they are in place however the notebook goes on.
         """
-        usable, _, facts = backends.npu_status()
-        self.notes = backends.guard_torch_import(facts)
-        quiet, self.cpplog_note = cpplog.plan(self.environ_for_config(), sys.modules)
-        self.environ.set(quiet)  # torch's C++ log level, before torch reads it (only if the user did not set it)
-        self.environ.early.update(quiet)
-        if self.cpplog_note:
-            self.notes.append(self.cpplog_note)
-        if "torch_npu" in sys.modules:
-            self.npu_seen = {key: os.environ.get(key) for key in envplan.READ_ONCE}
-            self.npu_seen_when = "torch_npu was imported before %load_ext nbdist"
-        if not usable:
-            return
-        variables = envplan.early(self.environ_for_config(), facts)
-        values = {v.key: v.value for v in variables if v.value is not None and v.source == "nbdist"}
-        self.environ.set(values)
-        self.environ.early.update(values)
+        setup.prepare(self)
 
     def init(self, cfg: WorldConfig, on_status: Callable[[Any], None] | None = None,
              keep_workers: bool = False) -> list[dict[str, Any]]:
@@ -142,7 +119,7 @@ class Session:
         self.workers = workers
         self.config = cfg
         self.choice = backends.choose(cfg.backend, cfg.device, 0)
-        self._apply_plan(cfg)
+        setup.apply_plan(self, cfg)
         self.notes = [*self.choice.warnings, *(v.warning for v in self.env_plan if v.warning),
                       *([self.cpplog_note] if self.cpplog_note else [])]
         late = envplan.stale(self.env_plan, self.npu_seen) if self.choice.backend == "hccl" else []
@@ -182,17 +159,17 @@ class Session:
             "torch_npu": self.choice.npu.torch_npu,
             "cann": self.choice.npu.cann,
             "agreed": envplan.agreed_values(self.choice.backend, self.env_plan, self.choice.npu),
-            "env": _env_lines(self.env_plan),
+            "env": setup.env_lines(self.env_plan),
         }
         self.world = rendezvous.join(self.client, me, cfg.world_size, cfg.timeout, on_status, deadline=deadline)
         problems = envplan.disagreements(self.world.ranks)
         if problems:
             self.world = None
             raise JoinError("; ".join(problems) + ". Use the same values in every notebook, then re-run %%dist_init")
-        self._route_around_tunnel(cfg)
-        self._settle_devices()
-        self._set_environment(cfg)
-        self._set_threads()
+        setup.route_around_tunnel(self, cfg)
+        setup.settle_devices(self)
+        setup.set_environment(self, cfg)
+        setup.set_threads(self)
         self.hooks.group_timeout = self.pg_timeout
         self.hooks.install()
         self.stopper.install()
@@ -242,84 +219,13 @@ class Session:
         ns.update(RANK=self.config.rank, WORLD_SIZE=self.config.world_size, LOCAL_RANK=self.local_rank,
                   DEVICE=self.device)
 
-    def _route_around_tunnel(self, cfg: WorldConfig) -> None:
-        """Behind a tunnel or proxy to the master, advertise the interface that routes to the peers (backend.tunnel)."""
-        world, choice = self.world, self.choice
-        assert world is not None and choice is not None
-        hosting = self.server is not None and self.server.running
-        chosen, note, addr = tunnel.detour(world.ranks, world.rank, choice.backend, self.env_plan, cfg.master_addr,
-                                     hosting, world.describe)
-        self._around_tunnel = chosen
-        if note:
-            self.notes.append(note)
-        if chosen is None:
-            if note:
-                log.warning("nbdist: %s", note)  # shown at once: the process group may never form
-            return
-        self.env_plan = [chosen if v.key == chosen.key else v for v in self.env_plan]
-        self.environ.set({chosen.key: chosen.value})
-        mine = world.ranks[world.rank]
-        mine.update(addr=addr, env=_env_lines(self.env_plan))
-        world.client.set(world.key(keys.rank(world.rank)), json.dumps(mine))  # for those who read it again
-
     def plan_for(self, cfg: WorldConfig, backend: str) -> list[envplan.EnvVar]:
-        """The environment plan for ``backend`` on this host (values nbdist set earlier are not the user's)."""
-        try:
-            route = netinfo.route_to(cfg.master_addr, cfg.master_port)
-        except OSError as exc:
-            raise ConfigError(f"the master address {cfg.master_addr!r} does not resolve or route: {exc}") from None
-        npu = self.choice.npu if self.choice is not None and self.choice.backend == backend else None
-        if npu is None and backend == "hccl":
-            npu = backends.npu_status(count=False)[2]
-        variables = envplan.plan(backend, route, self.environ_for_config(), cfg.env, cfg.debug, npu)
-        chosen = self._around_tunnel if self.world is not None else None
-        if chosen is not None and tunnel.is_loopback(route.local_ip):  # as at this world's join
-            variables = [chosen if v.key == chosen.key and v.source == "nbdist" else v for v in variables]
-        return variables
-
-    def _apply_plan(self, cfg: WorldConfig) -> None:
-        assert self.choice is not None
-        self.env_plan = self.plan_for(cfg, self.choice.backend)
-        self.pg_timeout = envplan.process_group_timeout(self.choice.backend, self.env_plan, cfg.pg_timeout)
-        self.environ.set({var.key: var.value for var in self.env_plan if var.value is not None})
+        """The environment plan for ``backend`` on this host (:func:`nbdist.backend.setup.plan_for`)."""
+        return setup.plan_for(self, cfg, backend)
 
     def environ_for_config(self) -> dict[str, str]:
         """The environment as the user set it: values nbdist itself set are left out."""
         return self.environ.as_user_set()
-
-    def _settle_devices(self) -> None:
-        """Default devices follow the local rank: the index among ranks on the same host."""
-        assert self.world is not None and self.choice is not None
-        seen: dict[str, int] = {}
-        for info in self.world.ranks:
-            local = seen.get(info["node"], 0)
-            seen[info["node"]] = local + 1
-            info["local_rank"] = local
-            if not info["device_chosen"] and ":" in info["device"]:
-                info["device"] = f"{info['device'].split(':')[0]}:{local}"
-        mine = self.world.ranks[self.world.rank]
-        self.local_rank = mine["local_rank"]
-        self.choice = backends.Choice(self.choice.backend, mine["device"], self.choice.reason)
-        self.device = backends.activate(self.choice)
-
-    def _set_environment(self, cfg: WorldConfig) -> None:
-        self.environ.set({
-            "RANK": str(cfg.rank),
-            "WORLD_SIZE": str(cfg.world_size),
-            "LOCAL_RANK": str(self.local_rank),
-            "MASTER_ADDR": cfg.master_addr,
-            "MASTER_PORT": str(cfg.master_port),
-        })
-
-    def _set_threads(self) -> None:
-        """One torch thread per rank, as torchrun gives, unless the user set OMP_NUM_THREADS (backend.threads)."""
-        count = threads.plan(self.environ_for_config())
-        if count is None:
-            return
-        self.environ.set({threads.VARIABLE: str(count)})  # for the processes this kernel starts, too
-        before = threads.apply(count)
-        if self.threads_before is None:
-            self.threads_before = before
 
     def _formed(self) -> userinit.Formed:
         """This world as the notebook's own ``init_process_group`` is compared with it."""

@@ -175,7 +175,8 @@ def execute_all(
 
     def one(i: int) -> None:
         try:
-            results[i] = kernels[i].execute(codes[i], timeout, user_expressions, answers[i])
+            answer = {} if answers[i] is None else {"stdin": answers[i]}  # a kernel's stand-in may take no stdin
+            results[i] = kernels[i].execute(codes[i], timeout, user_expressions, **answer)
         except BaseException as exc:  # re-raised in the caller's thread
             results[i] = exc
 

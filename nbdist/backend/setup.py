@@ -1,0 +1,151 @@
+"""A kernel's backend and environment, over its lifetime: before torch is imported, then at each world it joins.
+
+:func:`prepare` runs at ``%load_ext`` (what must be set before torch or torch_npu reads it); at each
+``%%dist_init``, :func:`apply_plan` sets the environment plan for the chosen backend, and once the world
+formed :func:`route_around_tunnel`, :func:`settle_devices`, :func:`set_environment` and :func:`set_threads`
+finish it. They work on the part of :class:`nbdist.session.Session` that :class:`Backend` names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Any, Protocol
+
+from ..config import WorldConfig
+from ..errors import ConfigError
+from ..world import keys, netinfo
+from ..world.world import World
+from . import backends, cpplog, envplan, threads, tunnel
+from .environ import Environ
+
+log = logging.getLogger(__name__)
+
+
+class Backend(Protocol):
+    """What these functions read and set: the kernel's backend state (held by the session)."""
+
+    world: World | None
+    server: Any
+    choice: backends.Choice | None
+    device: Any
+    local_rank: int
+    env_plan: list[envplan.EnvVar]
+    environ: Environ
+    pg_timeout: float
+    npu_seen: dict[str, str | None] | None
+    npu_seen_when: str
+    notes: list[str]
+    cpplog_note: str | None
+    around_tunnel: envplan.EnvVar | None
+    threads_before: int | None
+
+
+def env_lines(plan: list[envplan.EnvVar]) -> list[str]:
+    """The plan as a registration shows it (the init summary's "environment" row)."""
+    return [f"{v.key}={v.value}  # {v.source}" for v in plan if v.value is not None]
+
+
+def prepare(b: Backend) -> None:
+    """At ``%load_ext``: what can be set before the master is known, before torch_npu reads it."""
+    usable, _, facts = backends.npu_status()
+    b.notes = backends.guard_torch_import(facts)
+    quiet, b.cpplog_note = cpplog.plan(b.environ.as_user_set(), sys.modules)
+    b.environ.set(quiet)  # torch's C++ log level, before torch reads it (only if the user did not set it)
+    b.environ.early.update(quiet)
+    if b.cpplog_note:
+        b.notes.append(b.cpplog_note)
+    if "torch_npu" in sys.modules:
+        b.npu_seen = {key: os.environ.get(key) for key in envplan.READ_ONCE}
+        b.npu_seen_when = "torch_npu was imported before %load_ext nbdist"
+    if not usable:
+        return
+    variables = envplan.early(b.environ.as_user_set(), facts)
+    values = {v.key: v.value for v in variables if v.value is not None and v.source == "nbdist"}
+    b.environ.set(values)
+    b.environ.early.update(values)
+
+
+def plan_for(b: Backend, cfg: WorldConfig, backend: str) -> list[envplan.EnvVar]:
+    """The environment plan for ``backend`` on this host (values nbdist set earlier are not the user's)."""
+    try:
+        route = netinfo.route_to(cfg.master_addr, cfg.master_port)
+    except OSError as exc:
+        raise ConfigError(f"the master address {cfg.master_addr!r} does not resolve or route: {exc}") from None
+    npu = b.choice.npu if b.choice is not None and b.choice.backend == backend else None
+    if npu is None and backend == "hccl":
+        npu = backends.npu_status(count=False)[2]
+    variables = envplan.plan(backend, route, b.environ.as_user_set(), cfg.env, cfg.debug, npu)
+    chosen = b.around_tunnel if b.world is not None else None
+    if chosen is not None and tunnel.is_loopback(route.local_ip):  # as at this world's join
+        variables = [chosen if v.key == chosen.key and v.source == "nbdist" else v for v in variables]
+    return variables
+
+
+def apply_plan(b: Backend, cfg: WorldConfig) -> None:
+    """The chosen backend's plan: its variables set, the process group's timeout from it."""
+    assert b.choice is not None
+    b.env_plan = plan_for(b, cfg, b.choice.backend)
+    b.pg_timeout = envplan.process_group_timeout(b.choice.backend, b.env_plan, cfg.pg_timeout)
+    b.environ.set({var.key: var.value for var in b.env_plan if var.value is not None})
+
+
+def route_around_tunnel(b: Backend, cfg: WorldConfig) -> None:
+    """Behind a tunnel or proxy to the master, advertise the interface that routes to the peers (backend.tunnel)."""
+    world, choice = b.world, b.choice
+    assert world is not None and choice is not None
+    hosting = b.server is not None and b.server.running
+    chosen, note, addr = tunnel.detour(world.ranks, world.rank, choice.backend, b.env_plan, cfg.master_addr,
+                                       hosting, world.describe)
+    b.around_tunnel = chosen
+    if note:
+        b.notes.append(note)
+    if chosen is None:
+        if note:
+            log.warning("nbdist: %s", note)  # shown at once: the process group may never form
+        return
+    b.env_plan = [chosen if v.key == chosen.key else v for v in b.env_plan]
+    b.environ.set({chosen.key: chosen.value})
+    mine = world.ranks[world.rank]
+    mine.update(addr=addr, env=env_lines(b.env_plan))
+    world.client.set(world.key(keys.rank(world.rank)), json.dumps(mine))  # for those who read it again
+
+
+def settle_devices(b: Backend) -> None:
+    """Default devices follow the local rank: the index among ranks on the same host."""
+    assert b.world is not None and b.choice is not None
+    seen: dict[str, int] = {}
+    for info in b.world.ranks:
+        local = seen.get(info["node"], 0)
+        seen[info["node"]] = local + 1
+        info["local_rank"] = local
+        if not info["device_chosen"] and ":" in info["device"]:
+            info["device"] = f"{info['device'].split(':')[0]}:{local}"
+    mine = b.world.ranks[b.world.rank]
+    b.local_rank = mine["local_rank"]
+    b.choice = backends.Choice(b.choice.backend, mine["device"], b.choice.reason)
+    b.device = backends.activate(b.choice)
+
+
+def set_environment(b: Backend, cfg: WorldConfig) -> None:
+    """The variables torchrun would set, for code that reads them."""
+    b.environ.set({
+        "RANK": str(cfg.rank),
+        "WORLD_SIZE": str(cfg.world_size),
+        "LOCAL_RANK": str(b.local_rank),
+        "MASTER_ADDR": cfg.master_addr,
+        "MASTER_PORT": str(cfg.master_port),
+    })
+
+
+def set_threads(b: Backend) -> None:
+    """One torch thread per rank, as torchrun gives, unless the user set OMP_NUM_THREADS (backend.threads)."""
+    count = threads.plan(b.environ.as_user_set())
+    if count is None:
+        return
+    b.environ.set({threads.VARIABLE: str(count)})  # for the processes this kernel starts, too
+    before = threads.apply(count)
+    if b.threads_before is None:
+        b.threads_before = before
