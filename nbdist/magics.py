@@ -185,10 +185,9 @@ class DistMagics(Magics):
         With --ranks 0-3 only those ranks run the body (the others skip it and
         wait), and a collective that would wait for a skipped rank is refused:
         use a group made with dist.new_group in a cell every rank runs.
-        breakpoint(), pdb.set_trace() or nbdist.breakpoint(ranks="1") in the
-        body stop that rank in IPython's debugger (a driven rank's prompt opens
-        in the driving notebook); the others wait. A cell that hung and then
-        ended badly shows where every rank was (as %dist_where does).
+        breakpoint() in the body stops that rank in IPython's debugger (for a
+        driven rank, in the driving notebook); a hung cell that ended badly
+        shows where every rank was, as %dist_where does.
         """
         args = parse_argstring(self.collective, line)
         flags = cells.Flags(_seconds("--timeout", args.timeout), check=not args.no_check,
