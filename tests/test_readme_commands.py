@@ -182,6 +182,8 @@ SKIP = {
                             "what_was_there runs it",
     r"%%collective --trace": "tests/test_cheap_checks.py::"
                              "test_trace_records_every_collective_in_order_and_names_the_late_rank runs it",
+    r"python examples/what_you_see/make_debug_screenshots\.py": "needs Chromium, Playwright, JupyterLab and a "
+                                                                "--spawn 8 world: run by hand, its pictures committed",
     r"python examples/what_you_see/make_trace_screenshot\.py": "needs Chromium, Playwright and JupyterLab (the lab "
                                                                "extra); it took examples/what_you_see/trace.png",
     r"python benchmarks/bench_vs_raw\.py(?: .*)?": "a benchmark of minutes; the script and its flags are checked",
@@ -235,6 +237,8 @@ SKIP = {
                              "button_ends_it runs it",
     r"%%collective --no-check": "tests/test_where.py::test_a_hang_in_all_reduce_is_named_by_collective_group_and_"
                                 "missing_rank_and_the_stop_button_ends_it runs it (rank 1 skips an all_reduce)",
+    r"%%collective --max-time 20": "tests/test_hang_report.py::test_at_8_ranks_max_time_ends_a_ddp_backward_hang_"
+                                   "naming_the_collective_group_and_missing_rank runs it (rank 7 sleeps)",
     r"pip install 'nbdist\[debug\]'": "installs py-spy from the network; the extra is checked to exist, and the "
                                        "test extra brings py-spy",
 }

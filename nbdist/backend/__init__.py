@@ -5,7 +5,8 @@ Owns the choice of backend and device before torch is imported (``backends``,
 ``cpplog``, ``debugmode``), what nbdist set in ``os.environ`` (``environ``),
 torch's thread count on a rank (``threads``), building, judging and cutting
 process groups (``procgroup``), the notebook's own ``init_process_group`` in a
-formed world (``userinit``) and ``nbdist doctor``'s checks (``doctor``).
+formed world (``userinit``), ``nbdist doctor``'s checks (``doctor``), and a kernel's
+backend state set up as it joins a world (``setup``).
 
 May import: the shared base (``errors``, ``config``) and ``nbdist.world``
 (the store, network facts). Nothing of cells, views or drivers.

@@ -8,7 +8,8 @@ signed request and each rank's signed answer from its heartbeat thread
 (``report``). Owns ``%dist_pdb`` too: each rank's last failed cell kept, and
 IPython's debugger on it, here or on another rank from its heartbeat
 (``postmortem``), its input and output relayed through the store, signed
-(``relay``).
+(``relay``). Owns breakpoints on any rank (``breakpoints``), where every rank was
+when a cell hung (``hangs``), and what a cell takes of both (``aids``).
 
 May import: the shared base, ``nbdist.world`` (the store, signing) and
 ``nbdist.view`` (rank sets, what a cell's frame is). Nothing of cells,

@@ -1,6 +1,6 @@
 """The view: pure rendering of plain data (dicts, lists, strings).
 
-Owns the facts and status tables (``display``), a cell's side-by-side table
+Owns the facts and status tables (``display``) and their words (``notes``), a cell's side-by-side table
 (``celltable``, ``align``) and its
 grouped form for many ranks (``grouped``, ``numbers``, ``ranksets``), sanitising a rank's HTML (``sanitize``), fitting a
 record to the store (``shrink``), tracebacks (``tracebacks``), pictures of
