@@ -9,6 +9,9 @@ short slices, so the stop button works (TCPStore ignores SIGINT).
 For soaks, ``NBDIST_STORE_FUZZ`` (:func:`nbdist.config.store_fuzz`) makes each client
 sleep a seeded random delay before and after its operations and waits (:class:`Fuzzer`);
 unset, a client pays one attribute check per call.
+
+:data:`COUNTS` counts this process's store traffic as it passes (:class:`StoreCounts`): operations, by kind,
+and the bytes of keys and values sent and received.
 """
 
 from __future__ import annotations
@@ -169,6 +172,65 @@ class Server:
             log.debug("rendezvous server on %s:%s stopped", self.host, self.port)
 
 
+class StoreCounts:
+    """This process's store traffic through :class:`StoreClient`, counted where it passes: a few integer adds.
+
+    ``ops`` counts every :meth:`StoreClient._call` (each public operation, and ``clone``) and every
+    :meth:`StoreClient.wait`; ``kinds`` breaks them down by operation (``what``) as ``[ops, sent, received]``.
+    ``get_if`` counts how many of the ``compare_set`` ones were :meth:`StoreClient.get_if` reads.
+
+    Bytes are the payload as far as the client sees it, approximate: ``sent``, the characters of the keys
+    (with their prefix) and values a call sends (``len`` of the str: the bytes where the text is ASCII, as
+    nbdist's JSON is), 8 for an ``add``'s amount; ``received``, the value a call returns (bytes: its length;
+    a number 8, a boolean 1; ``multi_get``'s values together). torch's framing (command bytes, lengths) is not
+    counted, nor what does not pass a ``StoreClient``: the pulse process's beats (:mod:`.pulse`), the process
+    group's own use of the store, a wait helper's connection being made. ``TCPStore.get`` is one operation
+    here and two round trips on the wire (a wait, then the read). Threads update the counts without a lock:
+    an update lost to a thread switch is possible, if unlikely. :meth:`snapshot` and :meth:`delta` read them.
+    """
+
+    __slots__ = ("ops", "sent", "received", "get_if", "kinds")
+
+    def __init__(self) -> None:
+        self.ops = self.sent = self.received = self.get_if = 0
+        self.kinds: dict[str, list[int]] = {}
+
+    def kind(self, what: str) -> list[int]:
+        """The ``[ops, sent, received]`` of one operation kind (made on its first use)."""
+        counts = self.kinds.get(what)
+        if counts is None:
+            counts = self.kinds[what] = [0, 0, 0]
+        return counts
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counts now, as plain JSON-able data."""
+        return {"ops": self.ops, "sent": self.sent, "received": self.received, "get_if": self.get_if,
+                "kinds": {what: list(counts) for what, counts in self.kinds.items()}}
+
+    @staticmethod
+    def delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+        """What moved between two snapshots (kinds that did not move are left out)."""
+        kinds = {}
+        for what, counts in after["kinds"].items():
+            old = before["kinds"].get(what, [0, 0, 0])
+            moved = [a - b for a, b in zip(counts, old, strict=True)]
+            if any(moved):
+                kinds[what] = moved
+        out = {key: after[key] - before[key] for key in ("ops", "sent", "received", "get_if")}
+        out["kinds"] = kinds
+        return out
+
+
+COUNTS = StoreCounts()  # this process's: every StoreClient adds to it
+
+
+def _sent(what: str, size: int) -> None:
+    """Count ``size`` bytes sent by an operation of kind ``what`` (its ``_call`` counts the operation)."""
+    counts = COUNTS
+    counts.sent += size
+    counts.kind(what)[1] += size
+
+
 _ORDINALS = itertools.count()  # this process's fuzzed clients, in the order they were made
 
 
@@ -244,6 +306,17 @@ class StoreClient:
             raise self._gone(what) from exc
         except dist.DistStoreError as exc:  # an operation (not a wait) that timed out: the link is gone
             raise self._gone(what) from exc
+        counts = COUNTS
+        counts.ops += 1
+        kind = counts.kind(what)
+        kind[0] += 1
+        got = type(out)
+        size = len(out) if got is bytes else 8 if got is int else 1 if got is bool else 0
+        if got is list:  # multi_get's values
+            size = sum(len(v) for v in out if type(v) is bytes)
+        if size:
+            counts.received += size
+            kind[2] += size
         if fuzzer is not None:
             fuzzer.pause()  # after a success only: no delay stands between an error and its caller
         return out
@@ -257,9 +330,11 @@ class StoreClient:
 
     # --- plain operations -------------------------------------------------
     def set(self, key: str, value: str) -> None:
+        _sent("set", len(PREFIX) + len(key) + len(value))
         self._call("set", lambda: self._store.set(PREFIX + key, value))
 
     def get(self, key: str) -> str:
+        _sent("get", len(PREFIX) + len(key))
         return str(self._call("get", lambda: self._store.get(PREFIX + key)).decode())
 
     def get_if(self, key: str) -> str | None:
@@ -271,32 +346,39 @@ class StoreClient:
         read a key that others may be waiting for with :meth:`check`, and wait in a
         loop that looks again, as :meth:`nbdist.world.world.World.barrier` does.)
         """
+        COUNTS.get_if += 1  # counted as a compare_set: this says how many of those were reads
         value = self.compare_set(key, _ABSENT, _ABSENT)
         return None if value == _ABSENT else value
 
     def multi_get(self, keys: Sequence[str]) -> list[str]:
         """Values of keys that are known to exist."""
         full = [PREFIX + k for k in keys]
+        _sent("multi_get", sum(len(k) for k in full))
         return [v.decode() for v in self._call("multi_get", lambda: self._store.multi_get(full))]
 
     def check(self, keys: Sequence[str]) -> bool:
         full = [PREFIX + k for k in keys]
+        _sent("check", sum(len(k) for k in full))
         return bool(self._call("check", lambda: self._store.check(full)))
 
     def add(self, key: str, amount: int) -> int:
+        _sent("add", len(PREFIX) + len(key) + 8)
         return int(self._call("add", lambda: self._store.add(PREFIX + key, amount)))
 
     def compare_set(self, key: str, expected: str, desired: str) -> str:
         """Set ``key`` to ``desired`` if it holds ``expected`` ("" = unset); returns its value."""
+        _sent("compare_set", len(PREFIX) + len(key) + len(expected) + len(desired))
         out = self._call(
             "compare_set", lambda: self._store.compare_set(PREFIX + key, expected, desired)
         )
         return str(out.decode())
 
     def delete(self, key: str) -> None:
+        _sent("delete_key", len(PREFIX) + len(key))
         self._call("delete_key", lambda: self._store.delete_key(PREFIX + key))
 
     def append(self, key: str, value: str) -> None:
+        _sent("append", len(PREFIX) + len(key) + len(value))
         self._call("append", lambda: self._store.append(PREFIX + key, value))
 
     # --- JSON -------------------------------------------------------------
@@ -337,7 +419,15 @@ class StoreClient:
         if fuzzer is not None:
             fuzzer.pause()  # before the wait's deadline starts: a delay does not shorten it
         waiter = self._idle_waiters.pop() if self._idle_waiters else _Waiter(self._store, self.host, self.port)
-        box, done = waiter.submit([PREFIX + k for k in keys], seconds)
+        full = [PREFIX + k for k in keys]
+        counts = COUNTS  # a wait does not pass _call: counted here, once, whether or not it is woken in time
+        counts.ops += 1
+        kind = counts.kind("wait")
+        kind[0] += 1
+        size = sum(len(k) for k in full)
+        counts.sent += size
+        kind[1] += size
+        box, done = waiter.submit(full, seconds)
         deadline = time.monotonic() + seconds
         try:
             while not done.wait(POLL_INTERVAL):
