@@ -121,3 +121,11 @@ def test_in_a_peer_world_q_or_the_stop_button_in_the_debugger_ends_the_cell_on_e
     assert [r.status for r in results] == ["error", "error"]
     assert results[1].error["ename"] == "KeyboardInterrupt", results[1].error
     ok(kernels.execute_all(peers, NEXT, timeout=120))
+
+
+@pytest.mark.timeout(300)
+def test_a_notebook_whose_front_end_takes_no_input_skips_its_breakpoint_and_says_so(peers):
+    results = ok(kernels.execute_all(peers, "%%collective\nx = RANK\nbreakpoint()\nprint('after', x)\n", timeout=120))
+    for rank, r in enumerate(results):  # run without input (as nbclient and nbdist run do): the body goes on
+        assert "front end takes no input here: the breakpoint is skipped" in plain_text(r), plain_text(r)
+        assert f"after {rank}" in plain_text(r), plain_text(r)

@@ -357,6 +357,11 @@ class Breakpoints:
                 channel.send(None)
                 del self._open[n]
                 raise
+            except Exception as exc:  # noqa: BLE001 (only a front end that takes no input: nbclient, nbdist run)
+                if type(exc).__name__ != "StdinNotImplementedError":
+                    raise
+                out.write(f"nbdist: this notebook's front end takes no input: {label}'s breakpoint is skipped\n")
+                line = "c"  # as a peer's own breakpoint is skipped where it cannot ask
             channel.send(line)
             self._last = n
             return  # one line per look: the rank answered may stop again at once

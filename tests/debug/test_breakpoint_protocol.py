@@ -13,6 +13,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -56,18 +57,18 @@ class RankOne(threading.Thread):
             self.error = exc
 
 
-def answer_from_rank_zero(client: StoreClient, lines: list[str], rank_one: RankOne,
-                          key: bytes = KEY) -> tuple[str, list[str]]:
+def answer_from_rank_zero(client: StoreClient, lines: list[str], rank_one: RankOne, key: bytes = KEY,
+                          read_line: Callable[[str], str] | None = None) -> tuple[str, list[str]]:
     """Rank 0 waits (serving) until rank 1's body ends, typing ``lines``; what it showed, and its prompts."""
     shown = io.StringIO()
     prompts: list[str] = []
 
-    def read_line(prompt: str) -> str:
+    def typed(prompt: str) -> str:
         prompts.append(prompt)
         return lines.pop(0)
 
     bp = breakpoints.Breakpoints(lambda: TOKEN if key == KEY else "another-token", lambda: 300.0, out=shown,
-                                 read_line=read_line)
+                                 read_line=read_line or typed)
     world = world_of_two(client, 0)
     beat = Heartbeat(client.clone(), "s0", 0)  # rank 0 lives: rank 1's debugger does not give up on it
     try:
@@ -107,6 +108,19 @@ def test_q_at_rank_1s_prompt_ends_its_body_with_bdbquit_and_says_the_cell_ends(c
     assert rank_one.y is None
     assert re.search(r"rank 1 \(.+\) quit its debugger: the cell ends on every rank", shown), shown
     assert sys.gettrace() is None
+
+
+@pytest.mark.timeout(120)
+def test_a_driving_notebook_that_takes_no_input_skips_rank_1s_breakpoint_and_says_so(client):
+    from IPython.core.error import StdinNotImplementedError
+
+    def no_input(prompt: str) -> str:
+        raise StdinNotImplementedError("raw_input was called, but this frontend does not support input requests.")
+
+    rank_one = RankOne(client)
+    shown, _ = answer_from_rank_zero(client, [], rank_one, read_line=no_input)
+    assert rank_one.error is None and rank_one.y == 42, rank_one.error
+    assert re.search(r"front end takes no input: rank 1 \(.+\)'s breakpoint is skipped", shown), shown
 
 
 @pytest.mark.timeout(120)
