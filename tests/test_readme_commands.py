@@ -124,6 +124,8 @@ SKIP = {
                                       "test_one_raising_rank_stands_alone_and_view_ranks_gives_a_column_each",
     r"%dist_workers": "needs spawned workers: tests/test_spawn.py::"
                       "test_spawn_4_runs_collectives_survives_max_time_and_unload_leaves_no_worker runs it",
+    r"python benchmarks/store_ops\.py(?: .*)?": "a benchmark of a minute with 16 spawned ranks; its counters are "
+                                               "tested in tests/world/test_store_counts.py",
     r"python benchmarks/driven_cells\.py(?: .*)?": "a benchmark of minutes, with ipyparallel beside nbdist; the "
                                                   "script and its flags are checked",
     r"nbdist demo": "one kernel, a worker and the whole walkthrough, about a minute: "
