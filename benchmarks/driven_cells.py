@@ -339,6 +339,17 @@ def run_size(n: int, args: argparse.Namespace, ipp: bool, failed: dict[str, str]
     return row
 
 
+def world_sizes(p: argparse.ArgumentParser, given: list[str]) -> list[int]:
+    """``--world-sizes 2 4`` or ``2,4``: each an integer >= 2 (else the parser's error)."""
+    try:
+        sizes = [int(s) for item in given for s in item.split(",") if s.strip()]
+    except ValueError:
+        p.error(f"--world-sizes takes integers, not {' '.join(given)!r}")
+    if not sizes or min(sizes) < 2:
+        p.error("--world-sizes needs sizes >= 2 (--spawn N makes one notebook and N-1 workers)")
+    return sizes
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--world-sizes", nargs="+", default=["2", "4"], metavar="N",
@@ -349,12 +360,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "(default 60; %%dist_init --spawn gets 120 s more)")
     p.add_argument("--skip", default="", help=f"comma-separated systems not to measure: {', '.join(SKIPPABLE)}")
     args = p.parse_args(argv)
-    try:
-        args.sizes = [int(s) for item in args.world_sizes for s in item.split(",") if s.strip()]
-    except ValueError:
-        p.error(f"--world-sizes takes integers, not {' '.join(args.world_sizes)!r}")
-    if not args.sizes or min(args.sizes) < 2:
-        p.error("--world-sizes needs sizes >= 2 (--spawn N makes one notebook and N-1 workers)")
+    args.sizes = world_sizes(p, args.world_sizes)
     args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if args.skip - set(SKIPPABLE):
         p.error(f"--skip knows {', '.join(SKIPPABLE)}, not {', '.join(sorted(args.skip - set(SKIPPABLE)))}")

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import begin, figure, load_note, record
-from driven_cells import Spawned
+from driven_cells import Spawned, world_sizes
 from vs_peers import require_ok
 
 TRIVIAL = "%%collective\nx = 1"
@@ -242,12 +242,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds any one cell may take (default 120; %%dist_init --spawn gets 120 s more)")
     args = p.parse_args(argv)
-    try:
-        args.sizes = [int(s) for item in args.world_sizes for s in item.split(",") if s.strip()]
-    except ValueError:
-        p.error(f"--world-sizes takes integers, not {' '.join(args.world_sizes)!r}")
-    if not args.sizes or min(args.sizes) < 2:
-        p.error("--world-sizes needs sizes >= 2 (--spawn N makes one notebook and N-1 workers)")
+    args.sizes = world_sizes(p, args.world_sizes)
     if args.cells < 1 or args.warmup < 0 or args.idle < 1 or args.timeout <= 0:
         p.error("--cells must be >= 1, --warmup >= 0, --idle >= 1, --timeout > 0")
     return args

@@ -173,6 +173,23 @@ def driver() -> Iterator[kernels.Kernel]:
         k.shutdown()
 
 
+@pytest.fixture
+def client(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A connection to a real store of its own, on loopback, its token the test module's ``TOKEN``."""
+    from nbdist.world.store import Server, connect
+
+    token = request.module.TOKEN
+    server = Server("127.0.0.1", free_port(), token=token)
+    try:
+        c = connect("127.0.0.1", server.port, token=token)
+        try:
+            yield c
+        finally:
+            c.close()
+    finally:
+        server.stop()
+
+
 @contextlib.contextmanager
 def spawned_world(n: int, extra: str = "") -> Iterator[kernels.Kernel]:
     """One notebook driving ``n - 1`` spawned workers (``%dist_init --spawn N``), for a module to share."""

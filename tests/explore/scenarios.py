@@ -196,19 +196,24 @@ def in_first_cell(events: str) -> Callable[[int, str, str], str]:
     return lambda rank, op, key: events if FIRST_CELL.get(rank) else ""
 
 
+def _first_cell(world: World, run: Callable[[], object]) -> object:
+    """A rank's first cell, where the events land: its value, or the exception it ended with."""
+    FIRST_CELL[world.rank] = True
+    try:
+        return run()
+    except (Killed, Hung):
+        raise
+    except BaseException as exc:
+        return exc
+    finally:
+        FIRST_CELL[world.rank] = False
+
+
 def _two_cells(world: World, h: Hooks, cell: Callable[[Kernel], str | None]) -> tuple[object, object]:
     """The first cell (a stop may land in it), and, once the others have settled, the next one: how each ended
     (its value, or the exception it raised)."""
     k = kernel(world, h, cut=CUT)
-    FIRST_CELL[world.rank] = True
-    try:
-        first: object = cell(k)
-    except (Killed, Hung):
-        raise
-    except BaseException as exc:
-        first = exc
-    finally:
-        FIRST_CELL[world.rank] = False
+    first = _first_cell(world, lambda: cell(k))
     h.later()
     return first, cell(k)
 
@@ -278,15 +283,7 @@ def drive(world: World, h: Hooks) -> tuple[object, object]:
         return shown, ended
     session.drive.take(world)
     h.later()  # the followers wait for its first cell
-    FIRST_CELL[world.rank] = True
-    try:
-        first: object = k.collective(BODY)
-    except (Killed, Hung):
-        raise
-    except BaseException as exc:
-        first = exc
-    finally:
-        FIRST_CELL[world.rank] = False
+    first = _first_cell(world, lambda: k.collective(BODY))
     h.later()
     second = k.collective(BODY)
     session.release()

@@ -2,29 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from nbdist.world import store
-from nbdist.world.store import COUNTS, PREFIX, Server, StoreClient, StoreCounts, connect
-
-from ..conftest import free_port
+from nbdist.world.store import COUNTS, PREFIX, StoreClient, StoreCounts
 
 TOKEN = "counts-test-token"
-
-
-@pytest.fixture
-def client() -> Iterator[StoreClient]:
-    server = Server("127.0.0.1", free_port(), token=TOKEN)
-    try:
-        c = connect("127.0.0.1", server.port, token=TOKEN)
-        try:
-            yield c
-        finally:
-            c.close()
-    finally:
-        server.stop()
 
 
 def moved(before: dict) -> dict:
