@@ -273,6 +273,20 @@ def abandon(world: World, reason: str, interrupted: bool = False, body: str | No
     close(world, world.turn(), reason, interrupted, body)
 
 
+def refuse_sent(world: World, step: object, reason: str) -> None:
+    """A follower refuses a driven cell sent for ``step``: the driver, waiting at that step's meeting, is told.
+
+    The message did not verify, so its number is anyone's word: only the step the world is at is closed
+    (the one a genuine driver waits at), never one it has passed or one still to come. The step is closed as
+    any rank's that never arrived (:meth:`Turn.abort` from ``CLAIMED``): this one turn, nothing else.
+    """
+    if not isinstance(step, int) or isinstance(step, bool) or step != world.turn():
+        return
+    refusal = Turn()
+    refusal.claim(step)
+    refusal.abort(world, reason, interrupted=False, body=None)
+
+
 def refuse_if_peer_did_not_start(world: World, n: int, source: str) -> None:
     """Fail at once when another rank's same cell could not start, and closed its step before this rank read ``n``.
 

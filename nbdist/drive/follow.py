@@ -25,12 +25,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
-from ..cell import cells
+from ..cell import cells, turn
 from ..errors import DriveError, JoinError, NbdistError, StoreConnectionError, WorldChangedError
 from ..world import keys, signing
-from ..world.world import UNBOUNDED, World, step_name
+from ..world.world import UNBOUNDED, World
 
 CLAIM, SEQ, FOLLOWERS, REFUSED = keys.DRIVE_CLAIM, keys.DRIVE_SEQ, keys.DRIVE_FOLLOWERS, keys.DRIVE_REFUSED
 PUBLISH_GRACE = 2.0  # seconds a numbered message may take to be written (it takes milliseconds)
@@ -272,17 +272,14 @@ class Follower:
         if claim is not None and not _alive(self.world, claim):
             raise FollowEnded(f"the driving notebook, {self.world.describe(claim['rank'])}, is gone", released=False)
 
-    def _refuse(self, cell: dict[str, Any], why: str) -> None:
+    def _refuse(self, cell: dict[str, Any], why: str) -> NoReturn:
         """Tell the driver, end the cell it may be waiting in, and raise here: nothing of the cell runs."""
         world = self.world
         claimed = cell.get("driver")
         world.client.set_json(world.key(REFUSED), {"rank": world.rank, "seq": self.seq, "reason": why})
         # Burn the slot: the driver's next message goes after it (and the driver hears of this there).
         world.client.compare_set(world.key(SEQ), str(self.seq - 1), str(self.seq))
-        number = cell.get("number")
-        if isinstance(number, int) and number > 0:
-            world.close_step(number, f"refused the cell: {why}")
-            world.close_barrier(keys.ending(step_name(number)), f"refused the cell: {why}")
+        turn.refuse_sent(world, cell.get("number"), f"refused the cell: {why}")
         raise signing.SigningError(
             f"nbdist refused message #{self.seq} (sent as from rank {claimed}): {why}. Nothing of it ran; this "
             "notebook stopped following and stays in the world")
