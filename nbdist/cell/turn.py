@@ -17,7 +17,10 @@ the world (:mod:`nbdist.world.world`). One rank's part in a step goes through th
 
 :meth:`Turn.abort` is the one place where a rank's step ends early, whatever ended it (the stop
 button, a typo in the magic's flags, an error of nbdist's own); what it writes depends only on the
-phase (:func:`closing`). While nbdist's own part of a step runs, the stop button is *held*
+phase (:func:`closing`): a rank stopped before it was counted in closes the step with a hash of the cell's
+body, so a rank late to the same cell fails at once with its reason instead of waiting at the next step
+(:func:`refuse_if_peer_did_not_start`); a follower that refuses a driven cell closes the step the cell was
+sent for in the same way (:func:`refuse_sent`). While nbdist's own part of a step runs, the stop button is *held*
 (:class:`StopButton`): a press is recorded, and taken where the turn can act on it, never between
 two store calls: at the meeting's wait (which closes the meeting), before the body (the body ends
 interrupted, and the others are told) or at the end's wait. A rebuild that every rank started is
