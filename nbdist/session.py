@@ -303,7 +303,7 @@ class Session:
 
         try:
             ranks = self.init(cfg, status, keep_workers=True)
-            self.drive.take(self.world)
+            self.drive.take(self.require_world("%dist_init --spawn"))
         except BaseException:
             self.leave()
             raise
@@ -343,9 +343,9 @@ class Session:
             # A follower takes the generation its driver read a moment ago, and saves a round trip.
             gen = self.sync_generation(world, None if align is None else align[0])
             if align is None:
-                claimed = self.turn.phase is Phase.CLAIMED and self.turn.step is not None
-                self.turn.claim(self.turn.step if claimed else world.turn())  # type: ignore[arg-type]
-                step = self.turn.step
+                claimed = self.turn.step if self.turn.phase is Phase.CLAIMED else None
+                step = world.turn() if claimed is None else claimed
+                self.turn.claim(step)
                 try:
                     turn.refuse_if_peer_did_not_start(world, step, source)
                 except PeerFailedError:

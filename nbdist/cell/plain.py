@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import TIMEOUTS
 from ..errors import DriveError, StoreConnectionError
+from ..world.store import StoreClient
+from ..world.world import World
 from .fingerprint import Checker
+from .hooks import Collectives
 from .inflight import Since
+from .stopper import Stopper
 from .watch import CellWatch, publish_plain_failure
 
 log = logging.getLogger(__name__)
@@ -41,10 +45,31 @@ def distributed_failure(error: BaseException) -> bool:
     return isinstance(error, getattr(dist, "DistError", ())) or "gloo" in str(error)
 
 
+class Driving(Protocol):
+    """Whether this notebook drives followers (:class:`nbdist.drive.follow.Drive`, a layer above this one)."""
+
+    holding: bool
+
+    def has_followers(self, world: World) -> bool: ...
+
+
+class PlainHost(Protocol):
+    """What the plain-cell watcher reads and calls: the kernel's session, in these parts."""
+
+    world: World | None
+    watch_client: StoreClient | None
+    hooks: Collectives
+    stopper: Stopper
+    drive: Driving
+    process: str
+
+    def ensure_group(self) -> str | None: ...
+
+
 class PlainNet:
     """One kernel's plain-cell watcher (see the module docstring)."""
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: PlainHost) -> None:
         self.session = session
         self.watch: CellWatch | None = None
         self._cells = 0
@@ -64,6 +89,7 @@ class PlainNet:
     def _start(self, **kwargs: Any) -> CellWatch:
         s = self.session
         world = s.world
+        assert world is not None and s.watch_client is not None, "a plain cell is watched in a formed world"
         self._cells += 1
         cell = f"g{world.gen}/plain/{world.rank}/{self._cells}"
         checker = Checker(world, cell, TIMEOUTS["barrier"], s.hooks.params, compare=False, plain=True)

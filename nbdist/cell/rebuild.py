@@ -5,8 +5,8 @@ takes alike. A group that was cut (a stopped collective), found broken (a failed
 the notebook's code, or built in an older generation (a rank rejoined) is rebuilt before it is used:
 a ``%%collective`` decides that at its start (:mod:`nbdist.cell.cells`), a plain cell before its first
 collective (:func:`ensure`). The notebook's own ``init_process_group`` after its code destroyed the group
-builds it again at once, with every rank (:func:`restore`). ``session``: the kernel's
-:class:`nbdist.session.Session`.
+builds it again at once, with every rank (:func:`restore`). They work on the part of the kernel's
+:class:`nbdist.session.Session` that :class:`GroupHost` names.
 """
 
 from __future__ import annotations
@@ -15,22 +15,46 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from ..backend import envplan
+from ..backend import backends, envplan
+from ..backend.debugmode import DebugMode
 from ..backend.procgroup import ProcessGroup, destroy_default
 from ..config import TIMEOUTS
 from ..errors import CollectiveMismatchError, InitProcessGroupError, PeerFailedError
 from ..world import keys
-from ..world.store import run_in_thread
+from ..world.store import StoreClient, run_in_thread
 from ..world.world import World, step_name
 from . import cells
+from .hooks import Collectives
 from .turn import Phase, Turn
 
 BUILT_HCCL = "this kernel has built an HCCL process group already"
 
 
-def build(session: Any, tag: str, step: int | None = None, also: Callable[[], None] | None = None) -> None:
+class GroupHost(Protocol):
+    """What building the process group reads, sets and calls: the kernel's session, in these parts."""
+
+    world: World | None
+    client: StoreClient | None
+    choice: backends.Choice | None
+    hooks: Collectives
+    debug: DebugMode
+    turn: Turn
+    pg_timeout: float
+    npu_seen: dict[str, str | None] | None
+    npu_seen_when: str
+
+    def sync_generation(self, world: World, gen: int | None = None) -> int: ...
+
+    def environ_for_config(self) -> dict[str, str]: ...
+
+    def require_world(self, what: str) -> World: ...
+
+    def ensure_group(self) -> str | None: ...
+
+
+def build(session: GroupHost, tag: str, step: int | None = None, also: Callable[[], None] | None = None) -> None:
     """Build this world's process group afresh (every rank does it at the same point).
 
     ``step``: the step whose meeting opened this rebuild, if any. Every rank arrived there, so every
@@ -48,16 +72,17 @@ def build(session: Any, tag: str, step: int | None = None, also: Callable[[], No
     # The group's waits in the store (gloo's eager set-up, NCCL's and HCCL's lazy one at the first
     # collective) get the group's timeout: torch sets it on the store only when it makes the store itself.
     store = session.client.clone(op_timeout=session.pg_timeout).raw()
-    if session.choice.backend == "hccl" and session.npu_seen is None:
+    backend = session.choice.backend
+    if backend == "hccl" and session.npu_seen is None:
         session.npu_seen = {key: os.environ.get(key) for key in envplan.READ_ONCE}
         session.npu_seen_when = BUILT_HCCL
     # One build per step (tag "t<n>") or join: every rank takes the same prefix, whatever generation it read.
     prefix = f"nbdist/r/{world.round}/pg/{tag}/"
     session.sync_generation(world)
-    session.debug.before_build(world, session.choice.backend, session.environ_for_config())
+    session.debug.before_build(world, backend, session.environ_for_config())
 
     def make() -> ProcessGroup:
-        return ProcessGroup(session.choice.backend, store, prefix, world.rank, world.world_size, session.pg_timeout)
+        return ProcessGroup(backend, store, prefix, world.rank, world.world_size, session.pg_timeout)
 
     def watch() -> None:
         failed = None if step is None else world.client.get_json_if(world.key(keys.failed(step_name(step))))
@@ -74,7 +99,7 @@ def build(session: Any, tag: str, step: int | None = None, also: Callable[[], No
     session.hooks.pg = world.pg
 
 
-def state(session: Any, world: World, gen: int) -> dict[str, Any]:
+def state(session: GroupHost, world: World, gen: int) -> dict[str, Any]:
     """This rank's process-group state as the others judge it at a step, with the generation it was built in.
 
     ``gen``: the world's generation now; a group of an older one is not trusted.
@@ -89,7 +114,7 @@ def state(session: Any, world: World, gen: int) -> dict[str, Any]:
     return {**now, "gen": pg.gen}
 
 
-def ensure(session: Any) -> str | None:
+def ensure(session: GroupHost) -> str | None:
     """Before a plain cell's first collective: rebuild the process group, with every rank, if it cannot be trusted.
 
     It cannot when it was cut or found broken (a stopped collective, a failed cell), or when the
@@ -128,7 +153,7 @@ def ensure(session: Any) -> str | None:
     return why
 
 
-def restore(session: Any) -> str | None:
+def restore(session: GroupHost) -> str | None:
     """The notebook's code asks for a process group (``init_process_group``, :mod:`nbdist.backend.userinit`): if
     that code destroyed the world's, build it again with every rank, where a collective of the same code would
     (a plain cell's first collective; this point of a ``%%collective`` body, which every rank runs alike).
