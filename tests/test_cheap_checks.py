@@ -113,8 +113,9 @@ def test_trace_records_every_collective_in_order_and_names_the_late_rank(world):
     rows = trace.lateness(calls)
     assert [(r["seq"], r["op"]) for r in rows] == [(1, "all_reduce"), (2, "all_reduce"), (3, "broadcast")]
     second = rows[1]
-    assert second["last"] == 1 and 0.9 < second["late"] < 1.6, second
-    assert 0.9 < second["waits"][0] < 1.6 and second["waits"][1] == 0
+    # The sleep is 1 s; the upper bound only says it is that sleep (not a --timeout), with room for 2 busy cores.
+    assert second["last"] == 1 and 0.9 < second["late"] < 3.0, second
+    assert 0.9 < second["waits"][0] < 3.0 and second["waits"][1] == 0
     # Rank 0 entered its second all_reduce before rank 1 slept, and left it after rank 1 arrived.
     mine = {(c["rank"], c["seq"]): c for c in calls}
     assert mine[(0, 2)]["leave"] >= mine[(1, 2)]["enter"] - 0.05

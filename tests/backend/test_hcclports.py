@@ -282,7 +282,7 @@ def test_32_filtered_ports_cost_one_probe_timeout(monkeypatch, no_hccn_tool):
     monkeypatch.setattr(doctor, "probe", filtered)
     t0 = time.monotonic()
     host = doctor._hccl_port_checks("10.0.0.1", {})[0]
-    assert time.monotonic() - t0 < 0.4 + 1.0
+    assert time.monotonic() - t0 < 0.4 * 8  # in parallel: one after another, 32 would take 12.8 s
     assert host.status == "FAIL" and host.detail.startswith("0 open, 0 refused, 32 filtered (CANN's default)"), host
     assert host.fix == "open TCP 60000-60031 on rank 0's host to the other hosts"
 
@@ -297,7 +297,7 @@ def test_a_long_filtered_range_stops_at_the_deadline_and_says_what_was_not_probe
     monkeypatch.setattr(doctor, "probe", filtered)
     t0 = time.monotonic()
     host = doctor._hccl_port_checks("10.0.0.1", {HOST: "40000-40299"})[0]
-    assert time.monotonic() - t0 < 0.3 + 1.0 + 0.5
+    assert time.monotonic() - t0 < 1.3 + 2.0  # its deadline (1.3 s), not 300 probes' 90 s
     found = re.match(r"0 open, 0 refused, (\d+) filtered, (\d+) not probed within 1.3 s", host.detail)
     assert found and int(found[1]) >= 32 and int(found[1]) + int(found[2]) == 300, host
     assert host.status == "FAIL" and host.fix == "open TCP 40000-40299 on rank 0's host to the other hosts"
@@ -355,5 +355,5 @@ def test_a_hanging_hccn_tool_is_cut_off(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     t0 = time.monotonic()
     check = device_ip_check({HOST: "auto"}, hccn_timeout=0.3)
-    assert time.monotonic() - t0 < 2.0
+    assert time.monotonic() - t0 < 4.0  # cut off, not the tool's 5 s
     assert check.status == "warn" and check.detail == "hccn_tool gave no answer within 0.3 s"
