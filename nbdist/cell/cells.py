@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import errors
+from .. import errors, ranksets
 from ..backend import procgroup
 from ..errors import (
     CollectiveError,
@@ -49,7 +49,7 @@ from ..errors import (
     StoreConnectionError,
     WaitTimeout,
 )
-from ..view import ranksets, trace
+from ..view import trace
 from ..view.shrink import fit
 from ..world import keys
 from ..world import verdict as verdicts

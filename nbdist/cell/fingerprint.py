@@ -31,7 +31,7 @@ from typing import Any
 
 from ..backend.procgroup import group_name, members
 from ..errors import CollectiveMismatchError, PeerFailedError, PeerLostError, SkippedRanksError, StoppedError
-from ..view.ranksets import fold
+from ..ranksets import fold
 from ..world import keys
 from ..world.world import World
 from .history import History, checksum, end_mismatch, quick_key, summary

@@ -9,7 +9,8 @@ from typing import Any
 
 from IPython.display import display, update_display
 
-from ..view import ranksets, trace
+from .. import ranksets
+from ..view import trace
 from ..view.celltable import CellTable, cell_table
 from ..view.display import Message
 from ..view.timeline import Timeline

@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..view import ranksets
+from .. import ranksets
 
 log = logging.getLogger(__name__)
 

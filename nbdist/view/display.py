@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import ranksets
+from .. import ranksets
 from .numbers import fold_alike
 
 # Colours. Where the frontend has a theme (JupyterLab's and Notebook 7's --jp-* variables, light or dark),

@@ -22,7 +22,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from .ranksets import fold
+from ..ranksets import fold
 
 # A number standing on its own (not a part of a name such as x2 or a hash such as 3fa9).
 NUMBER = re.compile(r"(?<![\w.])[-+]?(?=[.\d])(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?![\w])")

@@ -1,4 +1,4 @@
-"""Rank sets written as people write them (``0-3,5``): folding, parsing back, and column headings. Pure."""
+"""Rank sets as people write them (``0-3,5``): folding, parsing back, in sentences, and column headings. Pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from nbdist.view.ranksets import CUT_AT, fold, header, name, parse
+from nbdist.ranksets import CUT_AT, fold, header, name, parse, ranks_text, who_said
 
 
 @pytest.mark.parametrize(("ranks", "text"), [
@@ -27,6 +27,28 @@ def test_a_folded_set_parses_back_to_the_same_ranks():
         ranks = sorted(rng.sample(range(64), rng.randint(1, 64)))
         assert parse(fold(ranks)) == ranks
         assert fold(parse(fold(ranks))) == fold(ranks)
+
+
+@pytest.mark.parametrize(("ranks", "text"), [
+    ([3], "rank 3"),
+    ([4, 5], "ranks 4,5"),
+    ([0, 1, 2], "ranks 0-2"),
+    ([0, 1, 2, 3, 5], "ranks 0-3,5"),
+    ([5, 2, 1, 0, 2, 1], "ranks 0-2,5"),
+    ([7, 7], "rank 7"),
+    ([], "no rank"),
+])
+def test_ranks_text_names_one_rank_or_the_folded_set(ranks, text):
+    assert ranks_text(ranks) == text
+    assert ranks_text(iter(ranks)) == text
+
+
+def test_who_said_names_each_group_by_its_folded_set_in_the_order_given():
+    assert who_said({"4": [0, 1, 2], "5": [3]}) == "ranks 0-2: 4; rank 3: 5"
+    assert who_said({"shape [3]": [3, 1], "shape [2]": [0, 2, 2, 4, 5, 6]}) == (
+        "ranks 1,3: shape [3]; ranks 0,2,4-6: shape [2]")
+    assert who_said({"x": [9]}) == "rank 9: x"
+    assert who_said({}) == ""
 
 
 @pytest.mark.parametrize(("text", "ranks"), [
