@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 
+from nbdist import ranksets
 from nbdist.ranksets import CUT_AT, fold, header, name, parse, ranks_text, who_said
 
 
@@ -49,6 +52,18 @@ def test_who_said_names_each_group_by_its_folded_set_in_the_order_given():
         "ranks 1,3: shape [3]; ranks 0,2,4-6: shape [2]")
     assert who_said({"x": [9]}) == "rank 9: x"
     assert who_said({}) == ""
+
+
+# "rank(s) 0, 1, 2" and "rank{'s' if len(ranks) > 1 else ''}": ranks named by hand instead of by ranks_text.
+BY_HAND = re.compile(r"rank\(s\) \{|rank\{'s' if len\(")
+
+
+def test_no_message_names_ranks_by_hand_outside_ranksets():
+    package = Path(ranksets.__file__).resolve().parent
+    found = [f"{path.relative_to(package)}:{n}" for path in sorted(package.rglob("*.py")) if path.name != "ranksets.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if BY_HAND.search(line)]
+    assert found == []
+    assert BY_HAND.search("f\"rank(s) {', '.join(map(str, who))}: {text}\"")
 
 
 @pytest.mark.parametrize(("text", "ranks"), [
