@@ -75,7 +75,7 @@ def test_values_that_must_agree_are_compared_at_join(start_kernels, port):
     for r in results:
         assert r.status == "error" and r.error["ename"] == "JoinError", r.error
         assert "HCCL_BUFFSIZE differs between ranks" in r.error["evalue"]
-        assert "rank(s) 0: 200" in r.error["evalue"] and "rank(s) 1: 400" in r.error["evalue"]
+        assert "rank 0: 200" in r.error["evalue"] and "rank 1: 400" in r.error["evalue"]
     results = kernels.execute_all(ks, [init_line(i, 2, port) for i in range(2)], timeout=60)
     assert all(r.status == "ok" for r in results), [r.error for r in results]
 

@@ -56,7 +56,7 @@ def test_a_new_kind_on_one_rank_after_a_loop_is_named_while_the_other_waits(worl
     code = ("%%collective\nfor _ in range(5):\n    dist.all_reduce(torch.ones(2))\n"
             "dist.all_reduce(torch.ones(2 + RANK))\n")
     mismatch_everywhere(world, code, "collective #6 (all_reduce) of this cell does not match across ranks",
-                        "tensor differs (rank(s) 0: shape [2]; rank(s) 1: shape [3])",
+                        "tensor differs (rank 0: shape [2]; rank 1: shape [3])",
                         record=lambda s: record_fault("a new shape on one rank after 5 matching all_reduces", s))
 
 
@@ -67,14 +67,14 @@ def test_kinds_seen_before_in_a_different_order_are_named_even_when_gloo_complet
     code = ("%%collective\na, b = torch.ones(2), torch.ones(3)\nfor _ in range(3):\n"
             "    dist.all_reduce(a)\n    dist.all_reduce(b)\ndist.all_reduce(a if RANK == 0 else b)\n")
     mismatch_everywhere(world, code, "collective #7 (all_reduce) of this cell did not match across ranks",
-                        "tensor differs (rank(s) 0: shape [2]; rank(s) 1: shape [3])")
+                        "tensor differs (rank 0: shape [2]; rank 1: shape [3])")
 
 
 @pytest.mark.timeout(120)
 def test_kinds_seen_before_that_hang_in_different_ops_are_named_on_both_ranks(world, record_fault):
     code = ("%%collective --timeout 30\nt = torch.ones(4)\ndist.all_reduce(t)\ndist.broadcast(t, src=0)\n"
             "if RANK == 0:\n    dist.all_reduce(t)\nelse:\n    dist.broadcast(t, src=0)\n")
-    mismatch_everywhere(world, code, "collective #3 (", "op differs (rank(s) 0: all_reduce; rank(s) 1: broadcast)",
+    mismatch_everywhere(world, code, "collective #3 (", "op differs (rank 0: all_reduce; rank 1: broadcast)",
                         record=lambda s: record_fault("repeated kinds in different ops (a hang)", s))
 
 
@@ -83,7 +83,7 @@ def test_a_mismatch_that_does_not_hang_fails_the_cell_on_every_rank_naming_the_c
     code = ("%%collective\nops = [dist.ReduceOp.SUM, dist.ReduceOp.MAX]\nt = torch.ones(1)\nfor i in range(6):\n"
             "    dist.all_reduce(t, op=ops[1] if (i == 4 and RANK == 1) else ops[i % 2])\n")
     mismatch_everywhere(world, code, "collective #5 (all_reduce) of this cell did not match across ranks",
-                        "reduce_op differs (rank(s) 0: RedOpType.SUM; rank(s) 1: RedOpType.MAX)", "It ran",
+                        "reduce_op differs (rank 0: RedOpType.SUM; rank 1: RedOpType.MAX)", "It ran",
                         record=lambda s: record_fault("repeated kinds, reduce ops differ (no hang)", s))
 
 
@@ -170,7 +170,7 @@ def test_runs_are_kept_run_length_encoded_and_the_first_difference_is_found_insi
     assert left["groups"]["0"]["runs"] == [[1, 100], [2, 3]]
     why = history.end_mismatch({0: left, 1: right}, differences)
     assert why is not None and why.startswith("collective #61 (all_reduce) of this cell did not match")
-    assert "reduce_op differs (rank(s) 0: SUM; rank(s) 1: MAX)" in why
+    assert "reduce_op differs (rank 0: SUM; rank 1: MAX)" in why
     assert history.end_mismatch({0: left, 1: _checks([1] * 100 + [2] * 3, sigs)}, differences) is None
 
 

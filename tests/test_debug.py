@@ -162,7 +162,7 @@ def test_init_with_debug_then_off_and_debug_on_one_rank_only_refused_at_join(wor
     lines = [init_line(0, 2, shared.port, "--debug --timeout 60"), init_line(1, 2, shared.port, "--timeout 60")]
     for r in kernels.execute_all(world, lines, timeout=90):
         assert r.status == "error" and r.error["ename"] == "JoinError", r.error
-        assert ("TORCH_DISTRIBUTED_DEBUG differs between ranks (rank(s) 0: DETAIL; rank(s) 1: (unset))"
+        assert ("TORCH_DISTRIBUTED_DEBUG differs between ranks (rank 0: DETAIL; rank 1: (unset))"
                 in r.error["evalue"]), r.error
 
 

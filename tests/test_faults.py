@@ -174,7 +174,7 @@ def test_cells_with_different_code_are_refused_on_every_rank_with_a_diff(world):
     for r in results:
         assert r.status == "error" and r.error["ename"] == "CellMismatchError"
         message = r.error["evalue"]
-        assert "rank(s) 0 ran version 1; rank(s) 1 ran version 2" in message
+        assert "rank 0 ran version 1; rank 1 ran version 2" in message
         assert "-x = 1" in message and "+x = 2" in message and "nothing ran" in message
     assert all("False" in r.text() for r in kernels.execute_all(ks, "'x' in globals()"))
     results = kernels.execute_all(ks, ["%%collective --allow-different\nx = 1\nx\n",
@@ -194,7 +194,7 @@ def test_collectives_that_differ_in_shape_fail_on_every_rank_naming_the_field(wo
     for r in results:
         assert r.status == "error" and r.error["ename"] == "CollectiveMismatchError", r.error
         assert ("collective #1 (all_reduce) of this cell does not match across ranks: "
-                "tensor differs (rank(s) 0: shape [2]; rank(s) 1: shape [3])") in r.error["evalue"]
+                "tensor differs (rank 0: shape [2]; rank 1: shape [3])") in r.error["evalue"]
         assert "Nothing was sent" in r.error["evalue"]
     # Nothing was sent: the tensors are as they were, and gloo issued no collective.
     for rank, k in enumerate(ks):

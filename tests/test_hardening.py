@@ -213,7 +213,7 @@ def test_only_a_groups_members_compare_its_collectives_and_its_timeout_follows_p
     code = "%%collective\nif RANK in (0, 1):\n    dist.all_reduce(torch.ones(1 + RANK), group=pair)\n"
     for r in kernels.execute_all(ks, code, timeout=90):
         assert r.status == "error" and r.error["ename"] == "CollectiveMismatchError", r.error
-        assert "tensor differs (rank(s) 0: shape [1]; rank(s) 1: shape [2])" in r.error["evalue"]
+        assert "tensor differs (rank 0: shape [1]; rank 1: shape [2])" in r.error["evalue"]
     ok(kernels.execute_all(ks, ALL_REDUCE, timeout=90))
 
 
@@ -465,7 +465,7 @@ def test_the_magics_flags_count_as_code(world):
     for r in results:
         assert r.status == "error" and r.error["ename"] == "CellMismatchError", r.error
         assert "different flags" in r.error["evalue"]
-        assert "rank(s) 0: --no-check" in r.error["evalue"] and "rank(s) 1: no flags" in r.error["evalue"]
+        assert "rank 0: --no-check" in r.error["evalue"] and "rank 1: no flags" in r.error["evalue"]
 
 
 @pytest.mark.timeout(180)

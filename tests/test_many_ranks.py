@@ -11,7 +11,7 @@ import re
 import pytest
 
 from nbdist.drive import kernels
-from nbdist.view.ranksets import parse
+from nbdist.ranksets import parse
 
 from .conftest import free_port
 

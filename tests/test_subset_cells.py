@@ -61,7 +61,7 @@ def test_the_ranks_are_compared_across_ranks_and_a_difference_is_refused_naming_
     verdict = cells.start_verdict(None, records)  # type: ignore[arg-type]  # a flags refusal needs no world
     assert verdict.kind is Kind.REFUSED, verdict
     assert verdict.why.startswith("the ranks ran %%collective with different flags"), verdict
-    assert "rank(s) 0, 1: --ranks 0,1" in verdict.why and "rank(s) 2: --ranks 0-2" in verdict.why, verdict
+    assert "ranks 0,1: --ranks 0,1" in verdict.why and "rank 2: --ranks 0-2" in verdict.why, verdict
 
 
 def test_a_skipped_ranks_capture_is_one_note_without_error_or_time():
@@ -223,7 +223,7 @@ def test_ranks_giving_different_rank_sets_are_refused_on_every_rank(world):
     for r in kernels.execute_all(world, codes, timeout=60):
         assert r.status == "error" and r.error["ename"] == "CellMismatchError", r.error
         assert "different flags" in r.error["evalue"] and "--ranks 0,1" in r.error["evalue"], r.error
-        assert "rank(s) 2: --ranks 0-2" in r.error["evalue"], r.error
+        assert "rank 2: --ranks 0-2" in r.error["evalue"], r.error
     assert has(world, "ran") == [False, False, False]
     works(world)
 

@@ -8,6 +8,6 @@ process groups (``procgroup``), the notebook's own ``init_process_group`` in a
 formed world (``userinit``), ``nbdist doctor``'s checks (``doctor``), and a kernel's
 backend state set up as it joins a world (``setup``).
 
-May import: the shared base (``errors``, ``config``) and ``nbdist.world``
+May import: the shared base (``errors``, ``config``, ``ranksets``) and ``nbdist.world``
 (the store, network facts). Nothing of cells, views or drivers.
 """

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from ..config import TIMEOUTS, debug_mode
 from ..errors import ConfigError
+from ..ranksets import who_said
 from ..world.netinfo import Route
 from . import ascend, hcclports
 from .ascend import A1, NEW_ERROR_VAR, OLD_ERROR_VAR
@@ -306,8 +307,7 @@ def disagreements(ranks: Sequence[Mapping[str, object]]) -> list[str]:
         for i, r in enumerate(ranks):
             seen.setdefault(str((r.get("agreed") or {}).get(key, "(unset)")), []).append(i)
         if len(seen) > 1:
-            parts = "; ".join(f"rank(s) {', '.join(map(str, who))}: {value}" for value, who in seen.items())
-            problems.append(f"{key} differs between ranks ({parts})")
+            problems.append(f"{key} differs between ranks ({who_said(seen)})")
     return problems
 
 

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
+from ..ranksets import who_said
 from ..world import netinfo
 from ..world.netinfo import plain_ip
 from . import userinit
@@ -355,12 +356,11 @@ def verdict(states: dict[int, dict[str, Any] | None]) -> str | None:
             if key == "seq" and any(group not in states[r].get("seq", {}) for r in members_):  # type: ignore[union-attr]
                 continue
             if len(set(values.values())) > 1:
-                seen: dict[int, list[int]] = {}
+                seen: dict[str, list[int]] = {}
                 for r, v in values.items():
-                    seen.setdefault(v, []).append(r)
-                parts = "; ".join(f"rank(s) {', '.join(map(str, who))}: {v}" for v, who in seen.items())
+                    seen.setdefault(str(v), []).append(r)
                 label = "the default group" if group == "0" else f"group {group}"
-                return f"the ranks issued different numbers of {what} on {label} ({parts})"
+                return f"the ranks issued different numbers of {what} on {label} ({who_said(seen)})"
     return None
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import errors
+from .. import errors, ranksets
 from ..backend import procgroup
 from ..errors import (
     CollectiveError,
@@ -49,7 +49,7 @@ from ..errors import (
     StoreConnectionError,
     WaitTimeout,
 )
-from ..view import ranksets, trace
+from ..view import trace
 from ..view.shrink import fit
 from ..world import keys
 from ..world import verdict as verdicts
@@ -100,9 +100,9 @@ def start_verdict(world: World, records: list[dict[str, Any]]) -> Verdict:
     for i, rec in enumerate(records):
         flags.setdefault(_flags_text(rec["flags"]), []).append(i)
     if len(flags) > 1:
-        who = "; ".join(f"rank(s) {', '.join(map(str, r))}: {text}" for text, r in flags.items())
         return verdicts.refused("the ranks ran %%collective with different flags, which change how the cell runs "
-                                f"({who}); nothing ran. Use the same %%collective line in every notebook")
+                                f"({ranksets.who_said(flags)}); nothing ran. Use the same %%collective line in every "
+                                "notebook")
     if not records[0]["flags"].get("allow_different"):
         refusal = compare_sources(records)
         if refusal is not None:
@@ -116,7 +116,7 @@ def start_verdict(world: World, records: list[dict[str, Any]]) -> Verdict:
         gen = world.store_generation()  # now, not when each rank arrived: it may have moved while they waited
         older = [i for i, rec in enumerate(records) if rec["pg"].get("gen", gen) != gen]
         if older:
-            why = (f"rank(s) {', '.join(map(str, older))}: the world moved on while they waited (a rank rejoined, or "
+            why = (f"{ranksets.ranks_text(older)}: the world moved on while they waited (a rank rejoined, or "
                    "another rank's process group failed)")
     return verdicts.rebuild(why) if why else verdicts.GO
 
@@ -133,10 +133,10 @@ def compare_sources(records: list[dict[str, Any]]) -> str | None:
     for ranks in others:
         diff = difflib.unified_diff(
             records[first[0]]["code"].splitlines(), records[ranks[0]]["code"].splitlines(),
-            f"rank(s) {', '.join(map(str, first))}", f"rank(s) {', '.join(map(str, ranks))}", lineterm="", n=1,
+            ranksets.ranks_text(first), ranksets.ranks_text(ranks), lineterm="", n=1,
         )
         parts.append("\n".join(diff))
-    who = "; ".join(f"rank(s) {', '.join(map(str, r))} ran version {k + 1}" for k, r in enumerate(groups.values()))
+    who = "; ".join(f"{ranksets.ranks_text(r)} ran version {k + 1}" for k, r in enumerate(groups.values()))
     return (
         f"the ranks entered this %%collective with different code ({who}); nothing ran. "
         "Run the same cell in every notebook, or use %%collective --allow-different on purpose.\n"
@@ -181,7 +181,7 @@ def rank_set(text: str | None, world_size: int | None, flag: str = "--ranks") ->
 
 def skipped(ranks: tuple[int, ...]) -> dict[str, Any]:
     """The capture of a rank outside ``--ranks``: one note, no error, no time."""
-    who = f"rank{'s' if len(ranks) > 1 else ''} {ranksets.fold(ranks)}"
+    who = ranksets.ranks_text(ranks)
     return {"outputs": [{"kind": "note", "text": f"skipped: this cell runs on {who} only (--ranks)"}],
             "result": None, "error": None, "wall": 0.0}
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..backend.procgroup import group_name, members
 from ..errors import CollectiveMismatchError, PeerFailedError, PeerLostError, SkippedRanksError, StoppedError
-from ..view.ranksets import fold
+from ..ranksets import fold, ranks_text, who_said
 from ..world import keys
 from ..world.world import World
 from .history import History, checksum, end_mismatch, quick_key, summary
@@ -140,8 +140,7 @@ def differences(fps: dict[int, dict[str, Any]]) -> list[str]:
         groups: dict[str, list[int]] = {}
         for rank, text in zip(ranks, texts, strict=True):
             groups.setdefault(text, []).append(rank)
-        parts = "; ".join(f"rank(s) {', '.join(map(str, who))}: {text}" for text, who in groups.items())
-        problems.append(f"{name} differs ({parts})")
+        problems.append(f"{name} differs ({who_said(groups)})")
     return problems
 
 
@@ -496,7 +495,7 @@ def skipped_message(op: str, group: list[int] | None, outside: list[int], cell_r
                     world_size: int, p2p: bool = False) -> str:
     """Why a call in a ``--ranks`` cell was refused, and what does what it meant."""
     cell = fold(cell_ranks)
-    who = f"rank{'s' if len(outside) > 1 else ''} {fold(outside)}, which skip{'' if len(outside) > 1 else 's'}"
+    who = f"{ranks_text(outside)}, which skip{'' if len(set(outside)) > 1 else 's'}"
     if p2p:
         return (f"dist.{op} would wait for {who} this cell (--ranks {cell}), so it could never complete; it was not "
                 f"started. Send and receive only between the cell's ranks ({cell})")

@@ -9,7 +9,8 @@ from typing import Any
 
 from IPython.display import display, update_display
 
-from ..view import ranksets, trace
+from .. import ranksets
+from ..view import trace
 from ..view.celltable import CellTable, cell_table
 from ..view.display import Message
 from ..view.timeline import Timeline
@@ -86,5 +87,5 @@ def debug_hint(captures: list[dict[str, Any] | None]) -> str:
     failing = failing_ranks(captures)
     if not failing:
         return ""
-    more = f" (failed: ranks {ranksets.fold(failing)})" if len(failing) > 1 else ""
+    more = f" (failed: {ranksets.ranks_text(failing)})" if len(failing) > 1 else ""
     return f"Debug a failing rank: %dist_pdb {failing[0]}{more}"

@@ -36,7 +36,7 @@ from datetime import timedelta
 from types import FrameType
 from typing import Any
 
-from ..view import ranksets
+from .. import ranksets
 from ..view.tracebacks import is_cell
 from ..world import keys, signing
 from ..world.world import PeerTracker, World

@@ -28,7 +28,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..view import ranksets
+from .. import ranksets
+from ..ranksets import ranks_text
 
 log = logging.getLogger(__name__)
 
@@ -238,12 +239,6 @@ def match(dumps: dict[int, dict[str, Any]]) -> list[Finding]:
 
 def _kind(entry: dict[str, Any]) -> tuple[str, str]:
     return str(entry.get("profiling_name")), json.dumps(entry.get("input_sizes"))
-
-
-def ranks_text(ranks: list[int]) -> str:
-    """``rank 7``, ``ranks 0-6``: a set of ranks in a sentence."""
-    ranks = sorted(set(ranks))
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranksets.fold(ranks)}"
 
 
 def _entered(entered: list[int], missing: list[int]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..view import ranksets
+from .. import ranksets
 from . import recorder, stacks
 
 

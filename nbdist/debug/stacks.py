@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..view import ranksets
+from .. import ranksets
 from ..view.tracebacks import is_cell
 
 LABEL_TEXT = 80  # characters of a cell line's code shown in the tree

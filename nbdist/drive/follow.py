@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 
 from ..cell import cells, turn
 from ..errors import DriveError, JoinError, NbdistError, StoreConnectionError, WorldChangedError
+from ..ranksets import fold
 from ..world import keys, signing
 from ..world.world import UNBOUNDED, World
 
@@ -114,7 +115,7 @@ class Drive:
         if current != me:
             other = json.loads(current)
             if _alive(world, other):
-                who = ", ".join(str(i) for i in following(world)) or "none now"
+                who = fold(following(world)) or "none now"
                 raise DriveError(
                     f"{world.describe(other['rank'])} drives this world (ranks following it: {who}): its cells run "
                     "there and on its followers. Run %dist_follow here to follow it too, or %dist_release there "

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from .. import ranksets
 from ..backend import backends, envplan, threads
 from ..config import DEFAULT_PORT
 from ..drive import launchers
 from ..errors import ConfigError
-from ..view import ranksets
 from ..world import netinfo
 
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NbdistError, StoreConnectionError
+from ..ranksets import fold
 from ..view.display import CELL_STYLE, DIFF_STYLE, GROUP_ABOVE, TABLE_STYLE
 from ..view.numbers import fold_alike
-from ..view.ranksets import fold
 from ..world import keys
 from ..world.pulse import BUSY_AFTER
 from ..world.store import StoreClient

@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import grouped, ranksets, sanitize
+from .. import ranksets
+from . import grouped, sanitize
 from .align import align
 from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, STDERR_STYLE, TABLE_STYLE, footer_html, text_html
 from .grouped import labelled

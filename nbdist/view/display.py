@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import ranksets
+from .. import ranksets
 from .numbers import fold_alike
 
 # Colours. Where the frontend has a theme (JupyterLab's and Notebook 7's --jp-* variables, light or dark),
@@ -232,7 +232,7 @@ class JoinStatus:
     def _lines(self) -> list[str]:
         s = self.status
         joined = ", ".join(f"{i} ({info.get('host', '?')})" for i, info in sorted(s["joined"].items()))
-        missing = ", ".join(str(i) for i in s["missing"]) or "none"
+        missing = ranksets.fold(s["missing"]) or "none"
         if s.get("server"):  # the rendezvous server does not answer yet
             state = (f"waiting for the rendezvous server at {self.address}: {s['server']} "
                      "(rank 0 starts it with %%dist_init)")

@@ -6,7 +6,7 @@ equal in every MIME type, or equal once their numbers are taken out (then the
 column shows a template and a summary per number, :mod:`nbdist.view.numbers`;
 two different numbers are never shown as one), with the same error (type,
 message, cell line) and the same state. Groups are ordered largest first,
-then by lowest rank, and named by their folded rank set (:mod:`nbdist.view.ranksets`).
+then by lowest rank, and named by their folded rank set (:mod:`nbdist.ranksets`).
 
 Past :data:`EXPANDED` groups, the reference group (the best outcome, then the
 largest, then the lowest rank) is shown in full and every other group as a
@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from . import ranksets
+from .. import ranksets
 from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, TABLE_STYLE, footer_html
 from .numbers import summarise
 

@@ -22,7 +22,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from .ranksets import fold
+from ..ranksets import ranks_text
 
 # A number standing on its own (not a part of a name such as x2 or a hash such as 3fa9).
 NUMBER = re.compile(r"(?<![\w.])[-+]?(?=[.\d])(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?![\w])")
@@ -60,7 +60,7 @@ class Varying:
 
     def _extreme_ranks(self, value: float) -> str:
         who = [r for r, v in zip(self.ranks, self.values, strict=True) if v == value]
-        return f"rank{'s' if len(who) > 1 else ''} {fold(who)}"
+        return ranks_text(who)
 
     def outliers(self) -> list[tuple[int, float]]:
         """(rank, robust z) of each value more than :data:`OUTLIER_Z` MADs from the median (inf: the MAD is 0)."""

@@ -6,6 +6,6 @@ joining (``rendezvous``, ``reach``), a formed world's barriers and peer checks
 (``world``) and what a meeting decided (``verdict``), heartbeats (``heartbeat``, ``pulse``), signed messages
 (``signing``) and this host's network facts (``netinfo``).
 
-May import: ``nbdist.errors``, ``nbdist.config``. It knows nothing of cells,
+May import: ``nbdist.errors``, ``nbdist.config``, ``nbdist.ranksets``. It knows nothing of cells,
 backends, views or drivers.
 """

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..config import POLL_INTERVAL
 from ..errors import JoinError, WaitTimeout, WorldChangedError
+from ..ranksets import ranks_text
 from . import keys
 from .store import StoreClient
 from .world import World, current_round
@@ -153,9 +154,8 @@ def _wait_until_formed(
             on_status(_join_status(client, r, world_size, now - started))
         if now > deadline:
             status = _join_status(client, r, world_size, now - started)
-            missing = ", ".join(str(i) for i in status["missing"])
             raise WaitTimeout(
-                f"not every rank joined within --timeout {timeout:g} s; missing rank(s) {missing}. "
+                f"not every rank joined within --timeout {timeout:g} s; missing {ranks_text(status['missing'])}. "
                 "Run %%dist_init in their notebooks, or raise --timeout"
             )
         time.sleep(POLL_INTERVAL)

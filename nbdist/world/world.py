@@ -26,6 +26,7 @@ from typing import Any
 
 from ..config import HEARTBEAT_INTERVAL, POLL_INTERVAL
 from ..errors import JoinError, PeerFailedError, PeerLostError, StoreConnectionError, WaitTimeout, WorldChangedError
+from ..ranksets import who_said
 from . import keys
 from . import verdict as verdicts
 from .pulse import judge
@@ -201,9 +202,8 @@ class World:
                 steps: dict[str, list[int]] = {}
                 for i, rec in enumerate(records):
                     steps.setdefault(rec["label"], []).append(i)
-                who = "; ".join(f"{_ranks_text(r)}: {text}" for text, r in steps.items())
-                return verdicts.refused(f"the ranks reached different steps ({who}); nothing ran. Run the same cell "
-                                        "in every notebook")
+                return verdicts.refused(f"the ranks reached different steps ({who_said(steps)}); nothing ran. "
+                                        "Run the same cell in every notebook")
             return verdict(records) if verdict is not None else verdicts.GO
 
         if on_arrive is not None:
@@ -448,7 +448,3 @@ class World:
 def step_name(n: int) -> str:
     """The store name of step ``n`` (a cell's keys hang under it): :func:`nbdist.world.keys.step`."""
     return keys.step(n)
-
-
-def _ranks_text(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"

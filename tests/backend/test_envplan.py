@@ -77,9 +77,9 @@ def test_disagreeing_values_name_the_ranks_and_values():
     b = {"agreed": agreed_values("hccl", plan("hccl", REMOTE, {}, {"HCCL_CONNECT_TIMEOUT": "1200"}))}
     c = {"agreed": {"backend": "gloo"}}
     problems = disagreements([a, b, c])
-    assert any("HCCL_CONNECT_TIMEOUT differs" in p and "rank(s) 0: 600" in p and "rank(s) 1: 1200" in p
+    assert any("HCCL_CONNECT_TIMEOUT differs" in p and "rank 0: 600" in p and "rank 1: 1200" in p
                for p in problems)
-    assert any("backend differs" in p and "rank(s) 2: gloo" in p for p in problems)
+    assert any("backend differs" in p and "rank 2: gloo" in p for p in problems)
     assert disagreements([a, a]) == []
 
 

@@ -65,7 +65,7 @@ def test_a_cut_destroyed_or_missing_group_is_not_trusted():
 
 def test_different_collective_counts_are_not_trusted_and_the_message_says_who_issued_what():
     why = verdict({0: _state({"0": 4}), 1: _state({"0": 3})})
-    assert why == "the ranks issued different numbers of collectives on the default group (rank(s) 0: 4; rank(s) 1: 3)"
+    assert why == "the ranks issued different numbers of collectives on the default group (rank 0: 4; rank 1: 3)"
     # DDP's collectives are seen only by the backend's count.
     why = verdict({0: _state({"0": 1}, {"0": 9}), 1: _state({"0": 1}, {"0": 8})})
     assert why is not None and "the backend's count" in why
@@ -77,7 +77,7 @@ def test_only_a_groups_members_are_compared():
               2: _state({"0": 1})}
     assert verdict(states) is None
     states[1] = _state({"0": 1, "1": 1}, groups=pair)
-    assert "group 1 (rank(s) 0: 2; rank(s) 1: 1)" in verdict(states)
+    assert "group 1 (rank 0: 2; rank 1: 1)" in verdict(states)
 
 
 def _tensor(shape, dtype="float32", device="cpu"):
@@ -87,21 +87,21 @@ def _tensor(shape, dtype="float32", device="cpu"):
 def test_mismatches_read_field_by_field():
     fps = {0: {"op": "all_reduce", "tensor": _tensor([2]), "reduce_op": "SUM"},
            1: {"op": "all_reduce", "tensor": _tensor([3]), "reduce_op": "SUM"}}
-    assert differences(fps) == ["tensor differs (rank(s) 0: shape [2]; rank(s) 1: shape [3])"]
+    assert differences(fps) == ["tensor differs (rank 0: shape [2]; rank 1: shape [3])"]
     fps[1]["tensor"] = _tensor([2], dtype="float64")
-    assert differences(fps) == ["tensor differs (rank(s) 0: dtype float32; rank(s) 1: dtype float64)"]
+    assert differences(fps) == ["tensor differs (rank 0: dtype float32; rank 1: dtype float64)"]
     fps[1] = {"op": "all_reduce", "tensor": _tensor([2]), "reduce_op": "MAX"}
-    assert differences(fps) == ["reduce_op differs (rank(s) 0: SUM; rank(s) 1: MAX)"]
+    assert differences(fps) == ["reduce_op differs (rank 0: SUM; rank 1: MAX)"]
 
 
 def test_mismatched_tensor_lists_name_the_element_or_the_length():
     a = {"op": "all_gather", "tensor_list": [_tensor([1]), _tensor([1])], "tensor": _tensor([1])}
     b = {"op": "all_gather", "tensor_list": [_tensor([1]), _tensor([4])], "tensor": _tensor([1])}
-    assert differences({0: a, 1: b}) == ["tensor_list differs (rank(s) 0: [1] shape [1]; rank(s) 1: [1] shape [4])"]
+    assert differences({0: a, 1: b}) == ["tensor_list differs (rank 0: [1] shape [1]; rank 1: [1] shape [4])"]
     c = {**a, "tensor_list": [_tensor([1])] * 3}
-    assert differences({0: a, 1: c}) == ["tensor_list differs (rank(s) 0: 2 tensor(s); rank(s) 1: 3 tensor(s))"]
+    assert differences({0: a, 1: c}) == ["tensor_list differs (rank 0: 2 tensor(s); rank 1: 3 tensor(s))"]
 
 
 def test_ranks_with_the_same_value_are_grouped():
     fps = {r: {"op": "broadcast", "tensor": _tensor([4]), "src": 0 if r < 3 else 1} for r in range(4)}
-    assert differences(fps) == ["src differs (rank(s) 0, 1, 2: 0; rank(s) 3: 1)"]
+    assert differences(fps) == ["src differs (ranks 0-2: 0; rank 3: 1)"]

@@ -1,16 +1,17 @@
 """Rank sets as people write them: ``0-3,5`` for ranks 0, 1, 2, 3 and 5 (pdsh's and ClusterShell's folding).
 
-Pure. :func:`fold` writes a set of ranks in its shortest ranged form,
-:func:`parse` reads one back (``parse(fold(s)) == sorted(set(s))``), and
-:func:`header` names a group of ranks for a column: ``ranks 0-3,5 (5)``,
-``rank 6``, ``all 8 ranks``, ``all but rank 6``, cut after about
-:data:`CUT_AT` characters with ``…`` (:func:`header` returns the whole name
-too, for the title and the text form).
+Pure, and part of the shared base, so that every layer writes ranks the same way. :func:`fold` writes a set
+of ranks in its shortest ranged form, :func:`parse` reads one back (``parse(fold(s)) == sorted(set(s))``),
+:func:`ranks_text` names a set in a sentence (``rank 3``, ``ranks 0-2,5``) and :func:`who_said` says which
+ranks said what (``ranks 0-2: 4; rank 3: 5``): every message that names ranks goes through these two.
+:func:`header` names a group of ranks for a column: ``ranks 0-3,5 (5)``, ``rank 6``, ``all 8 ranks``,
+``all but rank 6``, cut after about :data:`CUT_AT` characters with ``…`` (:func:`header` returns the whole
+name too, for the title and the text form).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 CUT_AT = 20  # characters of a folded set shown in a column's heading before "…"
 
@@ -33,6 +34,19 @@ def _run_text(run: list[int]) -> list[str]:
     if len(run) >= 3:
         return [f"{run[0]}-{run[-1]}"]
     return [str(r) for r in run]
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """``rank 3``, ``ranks 0-2,5``: a set of ranks in a sentence (``no rank`` for none)."""
+    ranks = sorted(set(ranks))
+    if not ranks:
+        return "no rank"
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {fold(ranks)}"
+
+
+def who_said(groups: Mapping[str, Iterable[int]]) -> str:
+    """``{"4": [0, 1, 2], "5": [3]}`` -> ``"ranks 0-2: 4; rank 3: 5"``: which ranks said what, in the groups' order."""
+    return "; ".join(f"{ranks_text(ranks)}: {said}" for said, ranks in groups.items())
 
 
 def parse(text: str, world_size: int | None = None) -> list[int]:

@@ -1,12 +1,15 @@
-"""Rank sets written as people write them (``0-3,5``): folding, parsing back, and column headings. Pure."""
+"""Rank sets as people write them (``0-3,5``): folding, parsing back, in sentences, and column headings. Pure."""
 
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 
-from nbdist.view.ranksets import CUT_AT, fold, header, name, parse
+from nbdist import ranksets
+from nbdist.ranksets import CUT_AT, fold, header, name, parse, ranks_text, who_said
 
 
 @pytest.mark.parametrize(("ranks", "text"), [
@@ -27,6 +30,40 @@ def test_a_folded_set_parses_back_to_the_same_ranks():
         ranks = sorted(rng.sample(range(64), rng.randint(1, 64)))
         assert parse(fold(ranks)) == ranks
         assert fold(parse(fold(ranks))) == fold(ranks)
+
+
+@pytest.mark.parametrize(("ranks", "text"), [
+    ([3], "rank 3"),
+    ([4, 5], "ranks 4,5"),
+    ([0, 1, 2], "ranks 0-2"),
+    ([0, 1, 2, 3, 5], "ranks 0-3,5"),
+    ([5, 2, 1, 0, 2, 1], "ranks 0-2,5"),
+    ([7, 7], "rank 7"),
+    ([], "no rank"),
+])
+def test_ranks_text_names_one_rank_or_the_folded_set(ranks, text):
+    assert ranks_text(ranks) == text
+    assert ranks_text(iter(ranks)) == text
+
+
+def test_who_said_names_each_group_by_its_folded_set_in_the_order_given():
+    assert who_said({"4": [0, 1, 2], "5": [3]}) == "ranks 0-2: 4; rank 3: 5"
+    assert who_said({"shape [3]": [3, 1], "shape [2]": [0, 2, 2, 4, 5, 6]}) == (
+        "ranks 1,3: shape [3]; ranks 0,2,4-6: shape [2]")
+    assert who_said({"x": [9]}) == "rank 9: x"
+    assert who_said({}) == ""
+
+
+# "rank(s) 0, 1, 2" and "rank{'s' if len(ranks) > 1 else ''}": ranks named by hand instead of by ranks_text.
+BY_HAND = re.compile(r"rank\(s\) \{|rank\{'s' if len\(")
+
+
+def test_no_message_names_ranks_by_hand_outside_ranksets():
+    package = Path(ranksets.__file__).resolve().parent
+    found = [f"{path.relative_to(package)}:{n}" for path in sorted(package.rglob("*.py")) if path.name != "ranksets.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if BY_HAND.search(line)]
+    assert found == []
+    assert BY_HAND.search("f\"rank(s) {', '.join(map(str, who))}: {text}\"")
 
 
 @pytest.mark.parametrize(("text", "ranks"), [
