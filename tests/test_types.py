@@ -1,5 +1,5 @@
-"""The type checker holds on the lockstep protocol: mypy, strict on ``nbdist/world`` and ``nbdist/cell``
-(its settings are pyproject.toml's ``[tool.mypy]``)."""
+"""The type checker holds on the lockstep protocol: mypy, strict on ``nbdist/world``, ``nbdist/cell`` and
+``nbdist/drive/follow.py`` (its settings are pyproject.toml's ``[tool.mypy]``)."""
 
 from __future__ import annotations
 
