@@ -97,16 +97,19 @@ def plain_failures(client: StoreClient, world: World) -> int:
 def publish_plain_failure(client: StoreClient, world: World, message: str) -> None:
     """This rank's plain cell ended early during its collectives: the others' plain cells must not wait for it."""
     n = client.add(world.key(keys.PLAIN_FAILED_N), 1)
-    client.set_json(world.key(keys.plain_failed(n)), {"rank": world.rank, "kind": "error", "message": message})
+    client.set(world.key(keys.plain_failed(n)), records.Failure(world.rank, "error", message).to_json())
 
 
 def plain_failure(client: StoreClient, world: World, since: int) -> dict[str, Any] | None:
-    """Another rank's plain-cell failure published after the first ``since``, if any."""
+    """Another rank's plain-cell failure published after the first ``since``, if any (as a cell's reason holds it).
+
+    Text there that is not a failure (anyone can write into the store) is none.
+    """
     n = plain_failures(client, world)
     for i in range(n, since, -1):
-        info: dict[str, Any] | None = client.get_json_if(world.key(keys.plain_failed(i)))
-        if info is not None and info.get("rank") != world.rank:
-            return info
+        failure = records.Failure.read(client.get_if(world.key(keys.plain_failed(i))))
+        if failure is not None and failure.rank != world.rank:
+            return failure.as_dict()
     return None
 
 

@@ -23,6 +23,7 @@ A round (``r/<r>/`` + the names below)::
     stops, stop/<n>               stops of every rank (%dist_stop, nbdist stop): how many; each one
     plain/failed_n, plain/failed/<k>
                                   plain cells that ended with an error during their collectives
+                                  (each a :class:`.records.Failure`)
     drive/claim, drive/seq, drive/followers, drive/refused, drive/<seq>, follow/<i>
                                   one notebook driving the others (:mod:`nbdist.drive.follow`); a message and
                                   a refusal are :class:`.records.Message` and :class:`.records.Refusal`

@@ -11,8 +11,8 @@ record                key (:mod:`.keys`)                      written by, read b
                                                               (:mod:`nbdist.drive.follow`), signed
                                                               (:mod:`.signing` covers its ``SIGNED`` fields)
 :class:`Refusal`      ``drive/refused``                       a follower that refused a message; the driver
-:class:`Failure`      ``t/<n>/failed``                        a step's first failure (:mod:`nbdist.cell`);
-                                                              every rank of the step, the dashboard
+:class:`Failure`      ``t/<n>/failed``,                       a step's first failure, a plain cell's
+                      ``plain/failed/<k>``                    (:mod:`nbdist.cell`); every rank, the dashboard
 ====================  ======================================  ============================================
 
 The JSON of each is what the store has always held, so kernels of this version and the one before agree.
