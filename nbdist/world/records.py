@@ -15,7 +15,8 @@ record                key (:mod:`.keys`)                      written by, read b
                       ``plain/failed/<k>``                    (:mod:`nbdist.cell`); every rank, the dashboard
 ====================  ======================================  ============================================
 
-The JSON of each is what the store has always held, so kernels of this version and the one before agree.
+Each keeps the JSON fields the store has always held (fields it does not know are read past), so kernels of
+this version and the one before read each other's records.
 """
 
 from __future__ import annotations
