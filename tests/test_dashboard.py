@@ -14,6 +14,7 @@ from nbdist.drive import kernels
 from nbdist.measure import dashboard
 from nbdist.measure.dashboard import Reader, Seen, cell_of, failure_text, previous_cell, render_html, render_text, rows
 from nbdist.view import sanitize
+from nbdist.world.records import Failure
 from nbdist.world.world import World
 
 from .conftest import free_port, init_line, lend, ok, run_in_background
@@ -93,7 +94,7 @@ def test_the_cell_a_note_is_about_comes_from_its_body_its_barrier_or_its_number(
 
 
 def test_a_failure_reads_as_the_cell_and_what_happened_without_the_ranks_own_name():
-    failure = {"rank": 1, "kind": "error", "message": "rank 1 (vm, pid 9) raised ZeroDivisionError: division by zero"}
+    failure = Failure(1, "error", "rank 1 (vm, pid 9) raised ZeroDivisionError: division by zero")
     assert failure_text(failure, "t/7", "rank 1 (vm, pid 9)") == \
         "%%collective #7: raised ZeroDivisionError: division by zero"
 
@@ -135,6 +136,11 @@ class FakeStore:
 
     def check(self, keys: list[str]) -> bool:
         return all(k in self.data for k in keys)
+
+    def get_if(self, key: str) -> str | None:
+        if key not in self.data:
+            self.missing_reads.append(key)
+        return self.data.get(key)
 
     def get_json_if(self, key: str) -> Any:
         if key not in self.data:

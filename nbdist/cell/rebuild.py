@@ -22,7 +22,7 @@ from ..backend.debugmode import DebugMode
 from ..backend.procgroup import ProcessGroup, destroy_default
 from ..config import TIMEOUTS
 from ..errors import CollectiveMismatchError, InitProcessGroupError, PeerFailedError
-from ..world import keys
+from ..world import keys, records
 from ..world.store import StoreClient, run_in_thread
 from ..world.world import World, step_name
 from . import cells
@@ -85,11 +85,11 @@ def build(session: GroupHost, tag: str, step: int | None = None, also: Callable[
         return ProcessGroup(backend, store, prefix, world.rank, world.world_size, session.pg_timeout)
 
     def watch() -> None:
-        failed = None if step is None else world.client.get_json_if(world.key(keys.failed(step_name(step))))
-        if isinstance(failed, dict) and failed.get("rank") != world.rank:
-            why = failed.get("message", "a rank failed")
-            raise PeerFailedError(f"rebuilding the process group (step #{step}): {why}; run the next cell on every "
-                                  "rank")
+        failed = None if step is None else records.Failure.read(
+            world.client.get_if(world.key(keys.failed(step_name(step)))))
+        if failed is not None and failed.rank != world.rank:
+            raise PeerFailedError(f"rebuilding the process group (step #{step}): {failed.message}; run the next cell "
+                                  "on every rank")
         world.check_peers()
         if also is not None:
             also()

@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CellMismatchError, PeerFailedError, StoreConnectionError
-from ..world import keys
+from ..world import keys, records
 from ..world.verdict import Verdict
 from ..world.world import BarrierRefused, StoppedAfterOpen, World, step_name
-from .watch import publish_failure
+from .watch import publish
 
 BARRIER = "%dist_barrier"  # what names a %dist_barrier's step across ranks, as a body names a cell's
 
@@ -262,11 +262,9 @@ def close(world: World, step: int, reason: str, interrupted: bool = False, body:
     then fails with ``reason`` rather than wait at the next step; see :func:`refuse_if_peer_did_not_start`).
     """
     cell = step_name(step)
-    info = {"rank": world.rank, "message": f"{world.describe(world.rank)} {reason}",
-            "kind": "interrupted" if interrupted else "error"}
-    if body is not None:
-        info["unstarted"] = body_digest(body)
-    publish_failure(world.client, world, cell, info)
+    publish(world.client, world, cell, records.Failure(
+        world.rank, "interrupted" if interrupted else "error", f"{world.describe(world.rank)} {reason}",
+        None if body is None else body_digest(body)))
     world.close_step(step, reason)
     world.close_barrier(keys.ending(cell), reason)
 
@@ -304,11 +302,11 @@ def refuse_if_peer_did_not_start(world: World, n: int, source: str) -> None:
     if world.last_turn is None or n - 1 <= world.last_turn:
         return
     cell = step_name(n - 1)
-    info = world.client.get_json_if(world.key(keys.failed(cell)))
-    if not info or info.get("rank") == world.rank or info.get("unstarted") != body_digest(source):
+    failure = records.Failure.read(world.client.get_if(world.key(keys.failed(cell))))
+    if failure is None or failure.rank == world.rank or failure.unstarted != body_digest(source):
         return
     if world.client.get_if(world.key(keys.arrivals(keys.arrival(n)))) not in (None, "0"):
         return
     label = f"%dist_barrier #{n - 1}" if source == BARRIER else f"%%collective #{n - 1} (start)"
     world.last_turn = n - 1  # told once: its next cell meets the others at ``n``, however soon it runs
-    raise PeerFailedError(f"{label}: {info.get('message', 'another rank failed')}; run the next cell on every rank")
+    raise PeerFailedError(f"{label}: {failure.message}; run the next cell on every rank")

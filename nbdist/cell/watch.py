@@ -24,7 +24,6 @@ that nothing was waiting on.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import select
@@ -44,7 +43,7 @@ from ..errors import (
     StoppedError,
     StoreConnectionError,
 )
-from ..world import keys
+from ..world import keys, records
 from ..world.store import StoreClient
 from ..world.world import World
 from .fingerprint import Checker
@@ -62,10 +61,30 @@ _COLLECTIVE_CODE = tuple(os.path.join("torch", part, "") for part in ("distribut
                                                                          "autograd"))
 
 
+def publish(client: StoreClient, world: World, cell: str, failure: records.Failure) -> records.Failure:
+    """Record the first failure of a cell (the first one wins); returns the one that won.
+
+    Text there that is not a failure (anyone can write into the store) is no failure: this one replaces it.
+    """
+    key, mine = world.key(keys.failed(cell)), failure.to_json()
+    current = client.compare_set(key, "", mine)
+    for _ in range(3):
+        if current == mine:
+            return failure
+        try:
+            return records.Failure.from_json(current)
+        except records.MalformedRecord as exc:
+            log.warning("%s held no failure (%s): this rank's replaces it", key, exc)
+            current = client.compare_set(key, current, mine)
+    return failure
+
+
 def publish_failure(client: StoreClient, world: World, cell: str, info: dict[str, Any]) -> dict[str, Any]:
-    """Record the first failure of a cell (first one wins); returns the one that won."""
-    first: dict[str, Any] = json.loads(client.compare_set(world.key(keys.failed(cell)), "", json.dumps(info)))
-    return first
+    """:func:`publish` for a failure held as a dict (a cell's reason for stopping); returns the one that won.
+
+    Raises :class:`~nbdist.world.records.MalformedRecord` if ``info`` is not a failure.
+    """
+    return publish(client, world, cell, records.Failure.from_dict(info)).as_dict()
 
 
 
@@ -78,16 +97,19 @@ def plain_failures(client: StoreClient, world: World) -> int:
 def publish_plain_failure(client: StoreClient, world: World, message: str) -> None:
     """This rank's plain cell ended early during its collectives: the others' plain cells must not wait for it."""
     n = client.add(world.key(keys.PLAIN_FAILED_N), 1)
-    client.set_json(world.key(keys.plain_failed(n)), {"rank": world.rank, "kind": "error", "message": message})
+    client.set(world.key(keys.plain_failed(n)), records.Failure(world.rank, "error", message).to_json())
 
 
 def plain_failure(client: StoreClient, world: World, since: int) -> dict[str, Any] | None:
-    """Another rank's plain-cell failure published after the first ``since``, if any."""
+    """Another rank's plain-cell failure published after the first ``since``, if any (as a cell's reason holds it).
+
+    Text there that is not a failure (anyone can write into the store) is none.
+    """
     n = plain_failures(client, world)
     for i in range(n, since, -1):
-        info: dict[str, Any] | None = client.get_json_if(world.key(keys.plain_failed(i)))
-        if info is not None and info.get("rank") != world.rank:
-            return info
+        failure = records.Failure.read(client.get_if(world.key(keys.plain_failed(i))))
+        if failure is not None and failure.rank != world.rank:
+            return failure.as_dict()
     return None
 
 
@@ -279,13 +301,12 @@ class CellWatch:
                 if info is not None:
                     self._stop_cell(info, publish=False)  # a rank that waits in a collective for it cuts
                     return
-            text = None if self.plain else self.client.get_if(failed_key)
-            if text is not None:
-                info = json.loads(text)
-                if info["rank"] != self.world.rank:
-                    self._stop_cell(info, publish=False)
-                    if info["rank"] == self.driver and info.get("kind") == "interrupted":
-                        self._raise_in_body(StoppedError(info.get("message", "the driver was interrupted")))
+            failure = None if self.plain else records.Failure.read(self.client.get_if(failed_key))
+            if failure is not None:
+                if failure.rank != self.world.rank:
+                    self._stop_cell(failure.as_dict(), publish=False)
+                    if failure.rank == self.driver and failure.kind == "interrupted":
+                        self._raise_in_body(StoppedError(failure.message))
                     return
             self.world.check_peers(self.client)
         except PeerLostError as exc:
@@ -304,6 +325,8 @@ class CellWatch:
                 publish_failure(self.client, self.world, self.cell, info)
             except StoreConnectionError as exc:
                 log.info("could not tell the others: %s", exc)
+            except records.MalformedRecord as exc:  # a stop of every rank, as written into the store by anyone
+                log.warning("could not tell the others (%s): %s", exc, info)
         self.checker.stop(info)
 
     def _cut_if_needed(self) -> None:

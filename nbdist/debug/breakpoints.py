@@ -38,7 +38,7 @@ from typing import Any
 
 from .. import ranksets
 from ..view.tracebacks import is_cell
-from ..world import keys, signing
+from ..world import keys, records, signing
 from ..world.world import PeerTracker, World
 from . import relay
 
@@ -161,9 +161,9 @@ class Here:
         tracker = PeerTracker(world.ranks, world.rank)
 
         def why() -> str | None:
-            failed = world.client.get_json_if(world.key(keys.failed(self.cell)))
-            if failed is not None and failed.get("rank") != world.rank:
-                return f"the cell ended ({failed.get('message', 'another rank failed')})"
+            failed = records.Failure.read(world.client.get_if(world.key(keys.failed(self.cell))))
+            if failed is not None and failed.rank != world.rank:
+                return f"the cell ended ({failed.message})"
             return next((f"the driving notebook, {world.describe(i)}, {why}" for i, why in tracker.dead(world.client)
                          if i == self.driver), None)
 

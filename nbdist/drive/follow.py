@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 from ..cell import cells, turn
 from ..errors import DriveError, JoinError, NbdistError, StoreConnectionError, WorldChangedError
 from ..ranksets import fold
-from ..world import keys, signing
+from ..world import keys, records, signing
 from ..world.world import UNBOUNDED, World
 
 CLAIM, SEQ, FOLLOWERS, REFUSED = keys.DRIVE_CLAIM, keys.DRIVE_SEQ, keys.DRIVE_FOLLOWERS, keys.DRIVE_REFUSED
@@ -135,19 +135,26 @@ class Drive:
         skipped, self._seq = seq != self._seq + 1, seq
         if skipped:  # a follower refused a message and burned its slot (see Follower._refuse)
             self._refused(world)
-        cell = signing.sign(key, {"round": world.round, "seq": seq, "driver": world.rank, "session": self.session,
-                                  "kind": kind, "source": source, "flags": flags or {}, "gen": world.gen,
-                                  "number": step, "t": time.time()})
-        world.client.set(world.key(keys.drive(seq)), json.dumps(cell))
+        message = records.Message(round=world.round, seq=seq, driver=world.rank, session=self.session, kind=kind,
+                                  source=source, flags=flags or {}, gen=world.gen, number=step, t=time.time())
+        message = message.signed(signing.sign(key, message.as_dict())["sig"])
+        world.client.set(world.key(keys.drive(seq)), message.to_json())
         return seq
 
     def _refused(self, world: World) -> None:
-        refused = world.client.get_json_if(world.key(REFUSED))
-        if refused is not None:
-            world.client.delete(world.key(REFUSED))
-            raise DriveError(f"{world.describe(refused['rank'])} refused message #{refused['seq']} sent as from this "
-                             f"notebook ({refused['reason']}) and stopped following; nothing ran. Someone who can "
-                             "reach the rendezvous port may have written into the store")
+        text = world.client.get_if(world.key(REFUSED))
+        if text is None:
+            return
+        world.client.delete(world.key(REFUSED))
+        try:
+            refusal = records.Refusal.from_json(text)
+        except records.MalformedRecord as exc:
+            raise DriveError(f"a follower refused a message sent as from this notebook and stopped following, but its "
+                             f"refusal is not one nbdist writes ({exc}); nothing ran. Someone who can reach the "
+                             "rendezvous port may have written into the store") from None
+        raise DriveError(f"{world.describe(refusal.rank)} refused message #{refusal.seq} sent as from this "
+                         f"notebook ({refusal.reason}) and stopped following; nothing ran. Someone who can "
+                         "reach the rendezvous port may have written into the store")
 
     def release(self, world: World, secret: Callable[[], str], why: str = "") -> bool:
         """Give up the drive; the followers stop following (told ``why``). True if this notebook held it."""
@@ -167,17 +174,7 @@ def following(world: World) -> list[int]:
     return [i for i in range(world.world_size) if world.client.get_if(world.key(keys.follow(i)))]
 
 
-@dataclass
-class Followed:
-    """One verified message from the driver."""
-
-    seq: int
-    kind: str
-    source: str
-    flags: dict[str, Any]
-    gen: int
-    number: int
-    driver: int
+Followed = records.Message  # one verified message from the driver
 
 
 class Follower:
@@ -213,15 +210,17 @@ class Follower:
         text = self._published(last)
         if text is None:
             return last + 1  # numbered, never written: the driver's publish failed (it was told of a refusal)
-        cell = _parsed(text) or {}
-        numbered = isinstance(cell.get("number"), int) and isinstance(cell.get("gen"), int)
-        rank = cell.get("driver")
-        driver = {"rank": rank, "session": world.ranks[rank].get("session")} if rank in range(world.world_size) else {}
-        if cell.get("kind") in ("collective", "barrier") and numbered and not signing.verify(
-                self._key, cell, round_=world.round, seq=last, driver=driver):
+        try:
+            cell = records.Message.from_json(text)
+        except records.MalformedRecord:
+            return last + 1  # not a message: the driver's next one goes after it
+        rank = cell.driver
+        driver = {"rank": rank, "session": world.ranks[rank].get("session")} if rank < world.world_size else {}
+        if cell.kind in ("collective", "barrier") and not signing.verify(
+                self._key, cell.as_dict(), round_=world.round, seq=last, driver=driver):
             # check, not get_if: a compare-and-set on the missing key would wake the driver's wait on it.
-            started = world.client.check([world.key(keys.state(keys.arrival(cell["number"])))])
-            if not started and time.time() - float(cell.get("t") or 0) < 600:
+            started = world.client.check([world.key(keys.state(keys.arrival(cell.number)))])
+            if not started and time.time() - cell.t < 600:
                 return last
         return last + 1
 
@@ -244,24 +243,25 @@ class Follower:
         while text is None:  # None: woken by another client's read of the missing key (see World._wait_open)
             world.client.wait([key], UNBOUNDED, on_tick=self._tick)
             text = world.client.get_if(key)
-        cell = _parsed(text)
-        if cell is None:
-            self._refuse({}, "it is not a message nbdist sends (not a JSON object)")
+        try:
+            cell = records.Message.from_json(text)
+        except records.MalformedRecord as exc:
+            claims = exc.value or {}  # what a message that is not one claims: refused all the same
+            self._refuse(claims.get("driver"), claims.get("number"), f"it is not a message nbdist sends ({exc})")
         claim = self._claim
-        if (claim.get("rank"), claim.get("session")) != (cell.get("driver"), cell.get("session")):
+        if (claim.get("rank"), claim.get("session")) != (cell.driver, cell.session):
             claim = self._claim = holder(world) or {}  # read again only when another notebook seems to send
-        rank = claim.get("rank", cell.get("driver"))
+        rank = claim.get("rank", cell.driver)
         driver = world.ranks[rank] if isinstance(rank, int) and 0 <= rank < len(world.ranks) else {}
-        why = signing.verify(self._key, cell, round_=world.round, seq=self.seq,
+        why = signing.verify(self._key, cell.as_dict(), round_=world.round, seq=self.seq,
                              driver={"rank": rank, "session": driver.get("session")})
         if why is not None:
-            self._refuse(cell, why)
+            self._refuse(cell.driver, cell.number, why)
         self.seq += 1
-        if cell["kind"] == "release":
-            why = cell["source"] or "released the world (%dist_release): this notebook runs its own cells again"
-            raise FollowEnded(f"{world.describe(cell['driver'])} {why}")
-        return Followed(cell["seq"], cell["kind"], cell["source"], cell["flags"], cell["gen"], cell["number"],
-                        cell["driver"])
+        if cell.kind == "release":
+            why = cell.source or "released the world (%dist_release): this notebook runs its own cells again"
+            raise FollowEnded(f"{world.describe(cell.driver)} {why}")
+        return cell
 
     def _tick(self) -> None:
         self.world.check_world()
@@ -273,26 +273,19 @@ class Follower:
         if claim is not None and not _alive(self.world, claim):
             raise FollowEnded(f"the driving notebook, {self.world.describe(claim['rank'])}, is gone", released=False)
 
-    def _refuse(self, cell: dict[str, Any], why: str) -> NoReturn:
-        """Tell the driver, end the cell it may be waiting in, and raise here: nothing of the cell runs."""
+    def _refuse(self, claimed: object, number: object, why: str) -> NoReturn:
+        """Tell the driver, end the cell it may be waiting in, and raise here: nothing of the cell runs.
+
+        ``claimed``, ``number``: the driver and the step the message claims (anyone's word: it did not verify).
+        """
         world = self.world
-        claimed = cell.get("driver")
-        world.client.set_json(world.key(REFUSED), {"rank": world.rank, "seq": self.seq, "reason": why})
+        world.client.set(world.key(REFUSED), records.Refusal(world.rank, self.seq, why).to_json())
         # Burn the slot: the driver's next message goes after it (and the driver hears of this there).
         world.client.compare_set(world.key(SEQ), str(self.seq - 1), str(self.seq))
-        turn.refuse_sent(world, cell.get("number"), f"refused the cell: {why}")
+        turn.refuse_sent(world, number, f"refused the cell: {why}")
         raise signing.SigningError(
             f"nbdist refused message #{self.seq} (sent as from rank {claimed}): {why}. Nothing of it ran; this "
             "notebook stopped following and stays in the world")
-
-
-def _parsed(text: str) -> dict[str, Any] | None:
-    """A message as stored, or None if it is not a JSON object (anyone can write into the store)."""
-    try:
-        cell = json.loads(text)
-    except ValueError:
-        return None
-    return cell if isinstance(cell, dict) else None
 
 
 # Errors after which this world cannot go on as it was: the follower stops following.

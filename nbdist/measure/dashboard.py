@@ -33,7 +33,7 @@ from ..errors import NbdistError, StoreConnectionError
 from ..ranksets import fold
 from ..view.display import CELL_STYLE, DIFF_STYLE, GROUP_ABOVE, TABLE_STYLE
 from ..view.numbers import fold_alike
-from ..world import keys
+from ..world import keys, records
 from ..world.pulse import BUSY_AFTER
 from ..world.store import StoreClient
 from ..world.world import DEAD_AFTER, World
@@ -160,12 +160,11 @@ def previous_cell(cell: str) -> str | None:
     return keys.step(int(match[1]) - 1)
 
 
-def failure_text(failure: dict[str, Any], cell: str, describe: str) -> str:
+def failure_text(failure: records.Failure, cell: str, describe: str) -> str:
     """A cell's recorded failure as a rank's "last error": the cell, then the message without the rank's name."""
     match = _CELL_NUMBER.match(cell)
     where = f"%%collective #{match[1]}" if match else cell
-    message = str(failure.get("message", failure.get("kind", "failed")))
-    return f"{where}: {message.removeprefix(describe).lstrip()}"
+    return f"{where}: {failure.message.removeprefix(describe).lstrip()}"
 
 
 def shown(table: list[Row]) -> list[tuple[tuple[str, ...], bool]]:
@@ -209,13 +208,13 @@ class Reader:
 
     def __init__(self, client: StoreClient, world: World) -> None:
         self.client, self.world = client, world
-        self._failures: dict[str, dict[str, Any]] = {}  # cell -> its failure (written once: the first wins)
+        self._failures: dict[str, records.Failure] = {}  # cell -> its failure (written once: the first wins)
 
-    def _failure(self, cell: str) -> dict[str, Any] | None:
+    def _failure(self, cell: str) -> records.Failure | None:
         if cell not in self._failures:
             key = self.world.key(keys.failed(cell))
             # check() first: a read of a missing key through compare_set would wake the waits on it.
-            failure = self.client.get_json_if(key) if self.client.check([key]) else None
+            failure = records.Failure.read(self.client.get_if(key)) if self.client.check([key]) else None
             if failure is None:
                 return None
             self._failures[cell] = failure
@@ -236,8 +235,7 @@ class Reader:
             if failure is None or match is None:
                 continue
             order = int(match[1])
-            rank = failure.get("rank")
-            owner = rank if isinstance(rank, int) and 0 <= rank < len(world.ranks) else -1
+            owner = failure.rank if failure.rank < len(world.ranks) else records.WORLD
             if owner not in latest or latest[owner][0] < order:
                 latest[owner] = (order, failure_text(failure, cell, world.describe(owner) if owner >= 0 else ""))
         stop = latest.pop(-1, None)

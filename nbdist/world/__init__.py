@@ -1,7 +1,7 @@
 """The world: joining, the rendezvous store, liveness and signing.
 
 Owns the rendezvous server and its clients (``store``, ``auth``), every key
-kept in the store (``keys``), rounds and
+kept in the store (``keys``) and the records kept under them, typed and validated where read (``records``), rounds and
 joining (``rendezvous``, ``reach``), a formed world's barriers and peer checks
 (``world``) and what a meeting decided (``verdict``), heartbeats (``heartbeat``, ``pulse``), signed messages
 (``signing``) and this host's network facts (``netinfo``).

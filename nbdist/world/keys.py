@@ -23,13 +23,15 @@ A round (``r/<r>/`` + the names below)::
     stops, stop/<n>               stops of every rank (%dist_stop, nbdist stop): how many; each one
     plain/failed_n, plain/failed/<k>
                                   plain cells that ended with an error during their collectives
+                                  (each a :class:`.records.Failure`)
     drive/claim, drive/seq, drive/followers, drive/refused, drive/<seq>, follow/<i>
-                                  one notebook driving the others (:mod:`nbdist.drive.follow`)
+                                  one notebook driving the others (:mod:`nbdist.drive.follow`); a message and
+                                  a refusal are :class:`.records.Message` and :class:`.records.Refusal`
     pg/<tag>/...                  torch's own keys of one build of the process group (``tag``: join, t<n>, ...)
     t/<n>                         step n (:func:`step`); a meeting under it (:func:`meeting`), and a cell's keys:
     t/<n>/src/<i>                 rank i's record at step n (what it runs there, compared by the last to arrive)
     t/<n>/in/n, in/state          the step's meeting: arrivals, the verdict (:mod:`.verdict`)
-    t/<n>/failed                  the cell's first failure (the first compare-and-set wins)
+    t/<n>/failed                  the cell's first failure (:class:`.records.Failure`; the first one wins)
     t/<n>/fp/<group>/<seq>/...    a meeting per compared collective
     t/<n>/out/<i>, out/n, out/state
                                   rank i's capture; the cell's end meeting

@@ -1,0 +1,221 @@
+"""The records nbdist keeps in the store as JSON, typed: each is a frozen dataclass with one codec.
+
+Anyone who reaches the store's port can write into it, so every record is validated where it is read:
+``from_json`` takes any text and returns the record, or raises :class:`MalformedRecord`, whose message
+says why the text is not one (for the reader to refuse or ignore it, never a ``KeyError`` later on).
+
+====================  ======================================  ============================================
+record                key (:mod:`.keys`)                      written by, read by
+====================  ======================================  ============================================
+:class:`Message`      ``drive/<seq>``                         the driving notebook; its followers
+                                                              (:mod:`nbdist.drive.follow`), signed
+                                                              (:mod:`.signing` covers its ``SIGNED`` fields)
+:class:`Refusal`      ``drive/refused``                       a follower that refused a message; the driver
+:class:`Failure`      ``t/<n>/failed``,                       a step's first failure, a plain cell's
+                      ``plain/failed/<k>``                    (:mod:`nbdist.cell`); every rank, the dashboard
+====================  ======================================  ============================================
+
+Each keeps the JSON fields the store has always held (fields it does not know are read past), so kernels of
+this version and the one before read each other's records.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields, replace
+from typing import Any, TypeVar
+
+from ..errors import NbdistError
+
+_T = TypeVar("_T")
+
+
+class MalformedRecord(NbdistError, ValueError):
+    """Text read from the store is not the record it should be; the message says why.
+
+    ``value``: the JSON object as read, when the text was one (a reader may still name what it claims).
+    """
+
+    def __init__(self, why: str, value: dict[str, Any] | None = None) -> None:
+        super().__init__(why)
+        self.value = value
+
+
+def json_object(text: str | None) -> dict[str, Any]:
+    """``text`` as a JSON object, or raise :class:`MalformedRecord`."""
+    try:
+        value = json.loads(text) if text is not None else None
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise MalformedRecord("not a JSON object")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _Fields:
+    """Reads the fields of one JSON object, each checked; the first wrong one raises, naming it."""
+
+    def __init__(self, value: dict[str, Any]) -> None:
+        self.value = value
+
+    def _get(self, name: str, kind: type[_T], what: str, default: Any = ...) -> _T:
+        if name not in self.value:
+            if default is not ...:
+                return default  # type: ignore[no-any-return]
+            raise MalformedRecord(f"it has no {name!r}", self.value)
+        got = self.value[name]
+        if not isinstance(got, kind) or isinstance(got, bool):  # JSON's true is no number
+            raise MalformedRecord(f"its {name!r} is {_shown(got)}, not {what}", self.value)
+        return got
+
+    def count(self, name: str, least: int = 0) -> int:
+        """A whole number, at least ``least`` (``true`` is not one, though Python counts it as 1)."""
+        got = self._get(name, int, "a whole number")
+        if got < least:
+            raise MalformedRecord(f"its {name!r} is {got}, below {least}", self.value)
+        return got
+
+    def text(self, name: str, default: Any = ...) -> str:
+        return self._get(name, str, "text", default)
+
+    def time(self, name: str) -> float:
+        """Seconds since the epoch (a whole number will do)."""
+        if name not in self.value:
+            raise MalformedRecord(f"it has no {name!r}", self.value)
+        got = self.value[name]
+        if isinstance(got, bool) or not isinstance(got, (int, float)) or not got >= 0:  # not NaN either
+            raise MalformedRecord(f"its {name!r} is {_shown(got)}, not a time", self.value)
+        return float(got)
+
+    def object(self, name: str) -> dict[str, Any]:
+        got = self._get(name, dict, "a JSON object")
+        return dict(got)
+
+    def one_of(self, name: str, allowed: tuple[str, ...]) -> str:
+        got = self.text(name)
+        if got not in allowed:
+            raise MalformedRecord(f"its {name!r} is {_shown(got)}, not one of {', '.join(allowed)}", self.value)
+        return got
+
+
+def _value(record: Any, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A record's fields in their order, as a JSON object (``leave_out``: fields the JSON omits)."""
+    return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in leave_out}
+
+
+# --- drive/<seq>: a message of the driving notebook -----------------------------------------------
+
+MESSAGE_KINDS = ("collective", "barrier", "release")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of the driving notebook to its followers: a cell, a barrier, or the end of driving.
+
+    ``round``, ``seq``: the world round and the message's number; ``driver``, ``session``: the rank that
+    sends it and its kernel; ``number``: the world's step the cell or barrier is (0 for a release);
+    ``gen``: the group's generation then; ``t``: when it was sent (unsigned); ``sig``: the signature
+    (:func:`nbdist.world.signing.sign`, over the fields named in ``signing.SIGNED``).
+    """
+
+    round: int
+    seq: int
+    driver: int
+    session: str
+    kind: str
+    source: str
+    flags: dict[str, Any]
+    gen: int
+    number: int
+    t: float
+    sig: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as the JSON object the store holds (what :mod:`.signing` signs and verifies)."""
+        return _value(self)
+
+    def signed(self, sig: str) -> Message:
+        return replace(self, sig=sig)
+
+    def to_json(self) -> str:
+        return json.dumps(_value(self))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Message:
+        read = _Fields(json_object(text))
+        return cls(round=read.count("round"), seq=read.count("seq"), driver=read.count("driver"),
+                   session=read.text("session"), kind=read.one_of("kind", MESSAGE_KINDS),
+                   source=read.text("source"), flags=read.object("flags"), gen=read.count("gen"),
+                   number=read.count("number"), t=read.time("t"), sig=read.text("sig", ""))
+
+
+# --- drive/refused: a follower's refusal ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Refusal:
+    """A follower (``rank``) refused message ``seq`` and stopped following; ``reason``: why."""
+
+    rank: int
+    seq: int
+    reason: str
+
+    def to_json(self) -> str:
+        return json.dumps(_value(self))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Refusal:
+        read = _Fields(json_object(text))
+        return cls(rank=read.count("rank"), seq=read.count("seq"), reason=read.text("reason"))
+
+
+# --- t/<n>/failed: a step's first failure --------------------------------------------------------
+
+# error: a rank's cell raised; interrupted: its stop button; mismatch: different collectives; max-time: its
+# --max-time ran out; lost: a rank is gone; stopped: %dist_stop or nbdist stop (of every rank).
+FAILURE_KINDS = ("error", "interrupted", "mismatch", "max-time", "lost", "stopped")
+WORLD = -1  # the rank of a failure that no one rank caused (a lost rank, a stop of every rank)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The first failure of a step: which rank (:data:`WORLD` for none), what kind, its message.
+
+    ``unstarted``: the digest of the cell's body when that rank's cell never reached the protocol
+    (:func:`nbdist.cell.turn.refuse_if_peer_did_not_start`); else None, and left out of the JSON.
+    """
+
+    rank: int
+    kind: str
+    message: str
+    unstarted: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as the JSON object the store holds (the form a cell's reason for stopping has, so far)."""
+        return _value(self, leave_out=("unstarted",) if self.unstarted is None else ())
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict())
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Failure:
+        return cls.from_dict(json_object(text))
+
+    @classmethod
+    def read(cls, text: str | None) -> Failure | None:
+        """The failure a step's key holds, or None: unset, or not a failure (anyone can write there: ignored)."""
+        try:
+            return None if text is None else cls.from_json(text)
+        except MalformedRecord:
+            return None
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Failure:
+        """A failure from a JSON object (one read from the store, or a reason a cell holds as a dict)."""
+        read = _Fields(value)
+        return cls(rank=read.count("rank", least=WORLD), kind=read.one_of("kind", FAILURE_KINDS),
+                   message=read.text("message"), unstarted=read.text("unstarted", None))

@@ -1,0 +1,95 @@
+"""Drive records written into the store by hand, not by nbdist (anyone who reaches the port can): a message the
+follower refuses with its why, a refusal the driver reports as such. Real server, real TCP, two worlds in one
+process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nbdist.drive.follow import Drive, Follower
+from nbdist.errors import DriveError
+from nbdist.world import keys, records
+from nbdist.world.signing import SigningError
+from nbdist.world.store import Server, connect
+from nbdist.world.world import World
+
+RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
+SECRET = "the world's secret"
+BODY = "x = RANK\n"
+
+
+@pytest.fixture
+def pair(port):
+    server = Server("127.0.0.1", port)
+    clients = [connect("127.0.0.1", port) for _ in range(2)]
+    try:
+        driver, follower = (World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate(clients))
+        driver.last_turn = follower.last_turn = driver.turn() - 1
+        yield driver, follower
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()
+
+
+def _genuine(world: World, seq: int) -> dict[str, object]:
+    """What the driver would send as message ``seq``, as the JSON object it writes."""
+    drive = Drive("s0")
+    drive.take(world)
+    drive.publish(world, lambda: SECRET, "collective", BODY, {"timeout": 5.0}, world.turn())
+    return json.loads(world.client.get_if(world.key(keys.drive(seq))) or "")
+
+
+def test_a_genuine_message_reaches_the_follower_as_the_typed_record(pair):
+    driver, world = pair
+    follower = Follower(world, "s1", SECRET)
+    sent = _genuine(driver, 1)
+    got = follower.next()
+    assert isinstance(got, records.Message) and got.as_dict() == sent
+    assert (got.kind, got.source, got.flags, got.driver, got.number) == ("collective", BODY, {"timeout": 5.0}, 0, 1)
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"seq": "1"}, "its 'seq' is \"1\", not a whole number"),
+    ({"driver": -1}, "its 'driver' is -1, below 0"),
+    ({"number": True}, "its 'number' is true, not a whole number"),
+    ({"kind": "shell"}, "its 'kind' is \"shell\", not one of collective, barrier, release"),
+    ({"flags": "--timeout 1"}, "its 'flags' is \"--timeout 1\", not a JSON object"),
+    (None, "not a JSON object"),
+])
+def test_a_malformed_message_is_refused_with_its_why_and_the_driver_hears_of_it(pair, change, why):
+    driver, world = pair
+    drive = Drive("s0")
+    drive.take(driver)
+    follower = Follower(world, "s1", SECRET)
+    fields = {"round": 0, "seq": 1, "driver": 0, "session": "s0", "kind": "collective", "source": BODY,
+              "flags": {}, "gen": 0, "number": world.turn(), "t": 1.0, "sig": "00"}
+    world.client.set(world.key(keys.drive(1)), "import os" if change is None else json.dumps({**fields, **change}))
+    with pytest.raises(SigningError) as refused:
+        follower.next()
+    assert f"it is not a message nbdist sends ({why})" in str(refused.value), refused.value
+    assert "Nothing of it ran" in str(refused.value)
+    stored = records.Refusal.from_json(world.client.get_if(world.key(keys.DRIVE_REFUSED)))
+    assert (stored.rank, stored.seq) == (1, 1) and why in stored.reason
+    with pytest.raises(DriveError) as told:  # the driver's next message: the follower burned slot 1
+        drive.publish(driver, lambda: SECRET, "collective", BODY, {}, driver.turn())
+    assert f"rank 1 (h, pid 2) refused message #1 sent as from this notebook (it is not a message nbdist sends " \
+           f"({why}))" in str(told.value), told.value
+
+
+@pytest.mark.parametrize("text", ["garbage", "[]", "{}", json.dumps({"rank": "1", "seq": 1, "reason": "x"}),
+                                  json.dumps({"rank": 1, "seq": -1, "reason": "x"}),
+                                  json.dumps({"rank": 1, "seq": 1, "reason": None})])
+def test_a_malformed_refusal_still_tells_the_driver_and_never_raises_a_key_or_type_error(pair, text):
+    driver, world = pair
+    drive = Drive("s0")
+    drive.take(driver)
+    driver.client.add(driver.key(keys.DRIVE_SEQ), 1)  # a slot burned, as a follower's refusal burns it
+    driver.client.set(driver.key(keys.DRIVE_REFUSED), text)
+    with pytest.raises(DriveError) as told:
+        drive.publish(driver, lambda: SECRET, "collective", BODY, {}, driver.turn())
+    assert "a follower refused a message sent as from this notebook and stopped following, but its refusal is " \
+           "not one nbdist writes (" in str(told.value), told.value
+    assert driver.client.get_if(driver.key(keys.DRIVE_REFUSED)) is None  # told once

@@ -1,0 +1,119 @@
+"""The store's records (pure): each round-trips through its JSON, and any other text is refused with its why."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nbdist.world import records, signing
+from nbdist.world.records import Failure, MalformedRecord, Message, Refusal
+
+MESSAGE = {"round": 3, "seq": 7, "driver": 0, "session": "s0", "kind": "collective", "source": "x = 1",
+           "flags": {"timeout": 300.0, "ranks": [0, 1]}, "gen": 2, "number": 5, "t": 1700000000.5, "sig": "ab"}
+REFUSAL = {"rank": 1, "seq": 7, "reason": "its signature does not verify"}
+FAILURE = {"rank": 1, "kind": "error", "message": "rank 1 (h, pid 2) raised KeyError: 'x'"}
+
+
+def test_each_record_round_trips_through_the_json_the_store_has_always_held():
+    message = Message.from_json(json.dumps(MESSAGE))
+    assert message.as_dict() == MESSAGE and json.loads(message.to_json()) == MESSAGE
+    assert Message.from_json(message.to_json()) == message
+    assert Refusal.from_json(json.dumps(REFUSAL)) == Refusal(1, 7, "its signature does not verify")
+    assert json.loads(Refusal(1, 7, "why").to_json()) == {"rank": 1, "seq": 7, "reason": "why"}
+    failure = Failure.from_json(json.dumps(FAILURE))
+    assert failure == Failure(1, "error", FAILURE["message"]) and failure.as_dict() == FAILURE
+    assert "unstarted" not in failure.to_json()  # as before: only a cell that never started names its body
+    unstarted = Failure(0, "interrupted", "rank 0 (h, pid 1) interrupted its cell", "d1g3st")
+    assert Failure.from_json(unstarted.to_json()) == unstarted and unstarted.as_dict()["unstarted"] == "d1g3st"
+    assert Failure.from_dict({**FAILURE, "session": "s0", "t": 1.0}) == failure  # a stop's extra fields go
+
+
+def test_the_message_is_stored_and_signed_as_before():
+    """The same JSON, field for field and in order, as the dict the driver used to sign and write."""
+    key = signing.key_from("secret")
+    fields = {k: v for k, v in MESSAGE.items() if k != "sig"}
+    before = signing.sign(key, fields)
+    message = Message.from_json(json.dumps(fields))
+    message = message.signed(signing.sign(key, message.as_dict())["sig"])
+    assert message.to_json() == json.dumps(before)
+    assert signing.verify(key, message.as_dict(), round_=3, seq=7, driver={"rank": 0, "session": "s0"}) is None
+
+
+def test_a_whole_number_time_and_a_missing_signature_still_read():
+    message = Message.from_json(json.dumps({**{k: v for k, v in MESSAGE.items() if k != "sig"}, "t": 5}))
+    assert message.t == 5.0 and message.sig == ""  # unsigned: verify refuses it, as before, for its signature
+
+
+MALFORMED_MESSAGES = [
+    ("import os", "not a JSON object"),
+    ("", "not a JSON object"),
+    ("[1, 2]", "not a JSON object"),
+    ('"text"', "not a JSON object"),
+    ("null", "not a JSON object"),
+    (json.dumps({k: v for k, v in MESSAGE.items() if k != "seq"}), "it has no 'seq'"),
+    (json.dumps({**MESSAGE, "seq": "7"}), "its 'seq' is \"7\", not a whole number"),
+    (json.dumps({**MESSAGE, "seq": 7.0}), "its 'seq' is 7.0, not a whole number"),
+    (json.dumps({**MESSAGE, "seq": True}), "its 'seq' is true, not a whole number"),
+    (json.dumps({**MESSAGE, "driver": -1}), "its 'driver' is -1, below 0"),
+    (json.dumps({**MESSAGE, "number": -5}), "its 'number' is -5, below 0"),
+    (json.dumps({**MESSAGE, "round": None}), "its 'round' is null, not a whole number"),
+    (json.dumps({**MESSAGE, "gen": False}), "its 'gen' is false, not a whole number"),
+    (json.dumps({**MESSAGE, "session": 0}), "its 'session' is 0, not text"),
+    (json.dumps({**MESSAGE, "source": ["x = 1"]}), "its 'source' is [\"x = 1\"], not text"),
+    (json.dumps({**MESSAGE, "flags": []}), "its 'flags' is [], not a JSON object"),
+    (json.dumps({**MESSAGE, "kind": "shell"}), "its 'kind' is \"shell\", not one of collective, barrier, release"),
+    (json.dumps({**MESSAGE, "kind": 1}), "its 'kind' is 1, not text"),
+    (json.dumps({**MESSAGE, "t": "now"}), "its 't' is \"now\", not a time"),
+    (json.dumps({**MESSAGE, "t": -1}), "its 't' is -1, not a time"),
+    (json.dumps({**MESSAGE, "t": True}), "its 't' is true, not a time"),
+    (json.dumps({**MESSAGE, "sig": 12}), "its 'sig' is 12, not text"),
+    (json.dumps({**MESSAGE, "source": "x" * 100, "seq": "y" * 100}), "its 'seq' is \"yyyy"),
+]
+
+
+@pytest.mark.parametrize("text,why", MALFORMED_MESSAGES)
+def test_a_malformed_message_is_refused_with_its_why(text, why):
+    with pytest.raises(MalformedRecord) as caught:
+        Message.from_json(text)
+    assert str(caught.value).startswith(why), str(caught.value)
+    assert len(str(caught.value)) < 120  # what it quotes of the text is short
+    value = caught.value.value  # what a JSON object claims, for the refusal to name
+    assert value is None if why == "not a JSON object" else isinstance(value, dict)
+
+
+@pytest.mark.parametrize("text,why", [
+    ("{}", "it has no 'rank'"),
+    ("garbage", "not a JSON object"),
+    (json.dumps({**REFUSAL, "rank": "1"}), "its 'rank' is \"1\", not a whole number"),
+    (json.dumps({**REFUSAL, "rank": -1}), "its 'rank' is -1, below 0"),
+    (json.dumps({**REFUSAL, "seq": True}), "its 'seq' is true, not a whole number"),
+    (json.dumps({**REFUSAL, "reason": None}), "its 'reason' is null, not text"),
+])
+def test_a_malformed_refusal_is_refused_with_its_why(text, why):
+    with pytest.raises(MalformedRecord, match=f"^{why}$".replace("(", r"\(")):
+        Refusal.from_json(text)
+
+
+@pytest.mark.parametrize("text,why", [
+    ("x", "not a JSON object"),
+    ("{}", "it has no 'rank'"),
+    (json.dumps({**FAILURE, "rank": -2}), "its 'rank' is -2, below -1"),
+    (json.dumps({**FAILURE, "rank": False}), "its 'rank' is false, not a whole number"),
+    (json.dumps({**FAILURE, "kind": "exploded"}), "its 'kind' is \"exploded\", not one of error, interrupted, "),
+    (json.dumps({k: v for k, v in FAILURE.items() if k != "message"}), "it has no 'message'"),
+    (json.dumps({**FAILURE, "message": {"text": "x"}}), "its 'message' is {\"text\": \"x\"}, not text"),
+    (json.dumps({**FAILURE, "unstarted": None}), "its 'unstarted' is null, not text"),
+])
+def test_a_malformed_failure_is_refused_with_its_why_and_read_as_none(text, why):
+    with pytest.raises(MalformedRecord) as caught:
+        Failure.from_json(text)
+    assert str(caught.value).startswith(why), str(caught.value)
+    assert Failure.read(text) is None
+
+
+def test_every_kind_of_failure_nbdist_publishes_reads_and_one_of_the_world_has_no_rank():
+    for kind in records.FAILURE_KINDS:
+        assert Failure.from_json(json.dumps({**FAILURE, "kind": kind})).kind == kind
+    assert Failure.from_json(json.dumps({**FAILURE, "rank": records.WORLD, "kind": "lost"})).rank == -1
+    assert Failure.read(None) is None
