@@ -1,6 +1,6 @@
-"""A cell's end at scale: the last rank to arrive reads every rank's record once and tells the others what it
-found; a rank that shows no table reads no other rank's record unless it failed (issue 34, "cheap at scale").
-Real server, real TCP, N worlds in one process, each rank in a thread of its own."""
+"""A cell's end and a collective's comparison, at scale: the last rank to arrive reads every rank's record once and
+tells the others what it found; a rank that shows no table reads no other rank's record unless it failed (issue
+34, "cheap at scale"). Real server, real TCP, N worlds in one process, each rank in a thread of its own."""
 
 from __future__ import annotations
 
@@ -9,15 +9,16 @@ import json
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from nbdist.cell import cells, ending
+from nbdist.cell.fingerprint import Checker, differences
 from nbdist.cell.turn import Turn
-from nbdist.errors import CollectiveError
+from nbdist.errors import CollectiveError, CollectiveMismatchError
 from nbdist.world import keys, store
 from nbdist.world import verdict as verdicts
 from nbdist.world.store import Server, StoreCounts, connect
@@ -217,3 +218,45 @@ def test_findings_travel_in_the_verdict_and_read_back_the_same():
     assert ending.decode(opened, 2) is None  # rank 2 is not in a world of 2
     assert verdicts.go(ending.Found().encode()).encode() == "go:with:{}"
     assert ending.decode(verdicts.GO, 3) is None  # a plain go found nothing: the rank finds for itself
+
+
+def agree_on_every_rank(worlds: list[World], fps: Callable[[int], dict[str, Any]]) -> dict[int, Any]:
+    ended: dict[int, Any] = {}
+
+    def rank(world: World) -> None:
+        checker = Checker(world, step_name(1), WAIT, {})
+        try:
+            checker.agree(fps(world.rank), "0", 1, None)
+            ended[world.rank] = None
+        except BaseException as exc:  # read by the test
+            ended[world.rank] = exc
+
+    threads = [threading.Thread(target=rank, args=(w,), daemon=True) for w in worlds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(2 * WAIT)
+    assert len(ended) == len(worlds)
+    return ended
+
+
+@pytest.mark.parametrize("differ", [False, True])
+def test_the_last_member_to_arrive_compares_the_fingerprints_once_for_every_member(port, counts, differ):
+    """One member reads every fingerprint; a difference is every member's CollectiveMismatchError, same words."""
+    def fp(rank: int) -> dict[str, Any]:
+        shape = [4, 4] if differ and rank == 2 else [4]
+        return {"op": "all_reduce", "tensor": {"shape": shape, "dtype": "float32", "device": "cpu"},
+                "reduce_op": "SUM"}
+
+    with formed(port, 4) as worlds:
+        ended = agree_on_every_rank(worlds, fp)
+    assert sum(c.kind("multi_get")[0] for c in counts.every) == 1
+    if not differ:
+        assert ended == {i: None for i in range(4)}
+        return
+    texts = {str(e) for e in ended.values()}
+    assert all(isinstance(e, CollectiveMismatchError) for e in ended.values()) and len(texts) == 1, ended
+    problems = differences({i: {**fp(i), "seq": 1} for i in range(4)})
+    assert problems and texts.pop() == (f"collective #1 (all_reduce) of this cell does not match across ranks: "
+                                        f"{'; '.join(problems)}. Nothing was sent; fix the cell so every rank issues "
+                                        "the same collectives")
