@@ -476,6 +476,7 @@ class DistMagics(Magics):
                                          f"(waited {waited * 1000:.1f} ms)"),
             started=lambda: print(f"nbdist: rank {rank} follows: it runs every %%collective the driving notebook "
                                   "runs, shown here (the stop button stops following)"),
+            tables=not quiet,
         )
         try:
             why = self.session.follow(show)

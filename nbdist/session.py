@@ -327,11 +327,13 @@ class Session:
         return self.world
 
     def collective(self, source: str, flags: cells.Flags, align: tuple[int, int] | None = None,
-                   driver: int | None = None) -> cells.Outcome:
+                   driver: int | None = None, shows_table: bool = True) -> cells.Outcome:
         """Run ``source`` on this rank in lockstep with the others; see :mod:`nbdist.cell.cells`.
 
         A driving notebook first publishes it to its followers (:mod:`nbdist.drive.follow`); a
         follower passes ``align``, the driver's (generation, step), and the ``driver``'s rank.
+        ``shows_table`` False: nobody draws the cell's table from the outcome, which then holds only the
+        captures this rank's error needs (:mod:`nbdist.cell.ending`).
         """
         world = self.require_world("%%collective")
         assert self.watch_client is not None
@@ -367,7 +369,7 @@ class Session:
                                  rebuild=lambda n: self.rebuild_process_group(f"t{n}", n),
                                  turn=self.turn, state=self.group_state(world, gen), stopper=self.stopper,
                                  driver=driver, draw_live=self.process == "kernel", run_body=self.run_body,
-                                 keep=self.kept.body_ended, aids=self.aids)
+                                 keep=self.kept.body_ended, aids=self.aids, shows_table=shows_table)
         except StoreConnectionError as exc:
             marker = world.client.marker
             hosts = [i for i, r in enumerate(world.ranks)

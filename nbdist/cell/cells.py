@@ -16,9 +16,12 @@
    for such a rank).
 5. Publish the capture, this rank's process-group state and any failure;
    meet again (barrier "out", which waits without limit for a rank still
-   running the body while it lives, up to ``--max-time``); read everyone's
-   capture. If the ranks' states show the group can no longer be trusted,
-   it is rebuilt at the next cell that uses it.
+   running the body while it lives, up to ``--max-time``). The last to
+   arrive reads every rank's record and tells every rank what it found
+   there (:mod:`nbdist.cell.ending`): whether the group can still be
+   trusted (if not, it is rebuilt at the next cell that uses it), collectives
+   that did not match, who failed. A rank that shows the table reads every
+   rank's capture; one that shows none, only the failed ranks'.
 """
 
 from __future__ import annotations
@@ -56,8 +59,8 @@ from ..world import verdict as verdicts
 from ..world.store import StoreClient
 from ..world.verdict import Verdict
 from ..world.world import World, step_name
-from . import capture, history
-from .fingerprint import CUT_SIGNS, Checker, at_work, differences, raise_if_failed
+from . import capture, ending
+from .fingerprint import CUT_SIGNS, Checker, at_work, raise_if_failed
 from .inflight import Since
 from .live import LiveTable, cell_line, where
 from .outputlog import OutputLog
@@ -76,7 +79,7 @@ class Outcome:
     """What a cell produced on every rank, why it was cut short (if it was), and what the group needs."""
 
     number: int
-    captures: list[dict[str, Any] | None]
+    captures: list[dict[str, Any] | None]  # by rank; None: none came (or a rank that shows no table read none)
     reason: dict[str, Any] | None = None
     rebuilt: str | None = None  # why the process group was rebuilt before this cell
     distrusted: str | None = None  # why it will be rebuilt at the next cell
@@ -241,7 +244,7 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
         params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[int], None],
         turn: Turn, state: dict[str, Any], stopper: Stopper | None = None, driver: int | None = None,
         draw_live: bool = True, run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]]
-        = watched_body, keep: capture.Keep | None = None, aids: Any = None) -> Outcome:
+        = watched_body, keep: capture.Keep | None = None, aids: Any = None, shows_table: bool = True) -> Outcome:
     """Run ``source`` on this rank as the world's step ``turn.step``, in lockstep with the others (see the module
     docstring).
 
@@ -255,14 +258,16 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
     rank with no front end, ``nbdist follow``): it publishes its part of the live table and draws none.
     ``run_body`` runs the body (:func:`watched_body`; the interleaving explorer's ranks have none);
     ``keep`` is told how it ended (:func:`nbdist.cell.capture.run_cell`); ``aids`` arms breakpoints during it
-    and reports where every rank was if the cell hangs (:class:`nbdist.debug.aids.Aids`).
+    and reports where every rank was if the cell hangs (:class:`nbdist.debug.aids.Aids`). ``shows_table`` False:
+    nobody draws this rank's table of the cell (a spawned worker, ``nbdist follow``), so it reads only the
+    captures its own error needs (:mod:`nbdist.cell.ending`); the outcome holds None for the others'.
     """
     step = turn.step
     assert step is not None, "the turn claims its step first"
     with turn.guarded(world, source):
         with turn.stops.held(take=False):  # a press it did not take came as the cell ended: nothing left to stop
             outcome = _run(world, step, step_name(step), shell, source, flags, watch_client, params, activate,
-                           rebuild, stopper, driver, state, draw_live, turn, run_body, keep, aids)
+                           rebuild, stopper, driver, state, draw_live, turn, run_body, keep, aids, shows_table)
         turn.stops.drop()
         return outcome
 
@@ -271,7 +276,7 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
          params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[int], None],
          stopper: Stopper | None, driver: int | None, state: dict[str, Any], draw_live: bool, turn: Turn,
          run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]],
-         keep: capture.Keep | None = None, aids: Any = None) -> Outcome:
+         keep: capture.Keep | None = None, aids: Any = None, shows_table: bool = True) -> Outcome:
     label = f"%%collective #{n}"
     timeout = flags.timeout
     digest = hashlib.sha256(source.encode()).hexdigest()
@@ -347,26 +352,37 @@ def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags,
             error["consequence"] = _is_consequence(error, checker)
         if error is None or error["consequence"]:
             record["cancelled"] = reason.get("message", "")
-    world.client.set(world.key(keys.out(cell, world.rank)), fit(record))
-    outs = [world.key(keys.out(cell, i)) for i in range(world.world_size)]
+    published = fit(record)
+    world.client.set(world.key(keys.out(cell, world.rank)), published)
+    every: list[dict[str, Any] | None] | None = None  # every rank's record, if this rank read them to decide
+
+    def decide() -> Verdict:  # the last to arrive: what every rank must know from every record, found once
+        nonlocal every
+        every = ending.read(world, cell, list(range(world.world_size)))
+        return verdicts.go(ending.find(every).encode())
+
     try:
-        world.barrier(keys.ending(cell), timeout, f"{label} (end)", then=f"finished {label}",
-                      on_tick=lambda: _end_tick(world, cell, live, flags, body_started, turn, hang),
-                      working=lambda _, last: at_work(cell, last) and _within_max_time(flags, body_started))
+        opened = world.barrier(keys.ending(cell), timeout, f"{label} (end)", then=f"finished {label}",
+                               on_tick=lambda: _end_tick(world, cell, live, flags, body_started, turn, hang),
+                               working=lambda _, last: at_work(cell, last) and _within_max_time(flags, body_started),
+                               verdict=decide)
     except (NbdistError, KeyboardInterrupt) as exc:
         if world.pg is not None:
             world.pg.distrust(f"the end of {label} was not reached by every rank")
-        exc.outcome = Outcome(n, [world.client.get_json_if(k) for k in outs], reason, rebuilt,  # type: ignore[union-attr]
+        partial = ([world.client.get_json_if(world.key(keys.out(cell, i))) for i in range(world.world_size)]
+                   if shows_table else [json.loads(published) if i == world.rank else None
+                                        for i in range(world.world_size)])  # nobody draws its table
+        exc.outcome = Outcome(n, partial, reason, rebuilt,  # type: ignore[union-attr]
                               live_id=live.display_id, view=flags.view, show=flags.show,
                               where=None if hang is None else hang.text())
         raise
     turn.done()  # the cell ended on every rank
     world.note(f"finished {label}", cell=n)
-    outcome = Outcome(n, [json.loads(t) for t in world.client.multi_get(outs)], reason, rebuilt,
-                      live_id=live.display_id, view=flags.view, show=flags.show,
+    captures, found = ending.records(world, cell, opened, json.loads(published), shows_table, every)
+    outcome = Outcome(n, captures, reason, rebuilt, live_id=live.display_id, view=flags.view, show=flags.show,
                       where=None if hang is None else hang.text())
-    outcome.mismatch = _history_mismatch(outcome.captures)
-    distrusted = procgroup.verdict({i: (c or {}).get("pg") for i, c in enumerate(outcome.captures)})
+    outcome.mismatch = found.mismatch
+    distrusted = found.distrusted
     if distrusted is not None:
         if world.pg is not None:
             world.pg.distrust(distrusted)
@@ -414,13 +430,6 @@ def _record(world: World, cap: dict[str, Any], checker: Checker, interrupted: bo
     record["pg"] = world.pg.state() if world.pg is not None else {"ok": False, "why": "no process group"}
     fit(record)  # raises here, inside the guard, if anything cannot be published
     return record
-
-
-def _history_mismatch(captures: list[dict[str, Any] | None]) -> str | None:
-    """Collectives that ran without a comparison first and did not match (only when no rank failed)."""
-    if any(c is None or c.get("error") or "checks" not in c for c in captures):
-        return None
-    return history.end_mismatch({i: c["checks"] for i, c in enumerate(captures) if c is not None}, differences)
 
 
 def _is_consequence(error: dict[str, Any], checker: Checker) -> bool:

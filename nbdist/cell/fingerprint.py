@@ -3,10 +3,11 @@
 While a body runs, every call of a ``torch.distributed`` collective reaches the
 cell's :class:`Checker` (through :mod:`nbdist.cell.hooks`). A checked call publishes
 its fingerprint (op, shapes, dtypes, device types, root, reduce op) and waits
-until every member of its group has published the same sequence number; if a
-field differs, every member raises :class:`CollectiveMismatchError` naming the
-ranks and the field, and nothing is sent. Point-to-point calls (send/recv)
-involve two ranks only and are not compared.
+until every member of its group has published the same sequence number. The
+last member to arrive compares them (one read, by one rank); if a field differs,
+it refuses the meeting, every member raises :class:`CollectiveMismatchError`
+naming the ranks and the field, and nothing is sent. Point-to-point calls
+(send/recv) involve two ranks only and are not compared.
 
 In a ``%%collective --ranks`` cell the checker knows the cell's member ranks:
 a call that would wait for a rank that skips the cell (a collective on a group
@@ -33,7 +34,9 @@ from ..backend.procgroup import group_name, members
 from ..errors import CollectiveMismatchError, PeerFailedError, PeerLostError, SkippedRanksError, StoppedError
 from ..ranksets import fold, ranks_text, who_said
 from ..world import keys
-from ..world.world import World
+from ..world import verdict as verdicts
+from ..world.verdict import Verdict
+from ..world.world import BarrierRefused, World
 from .history import History, checksum, end_mismatch, quick_key, summary
 
 # op name -> names of its tensor arguments
@@ -420,24 +423,30 @@ class Checker:
         return PeerFailedError(f"{message}; this collective was {'stopped' if started else 'not started'}")
 
     def agree(self, fp: dict[str, Any], name: str, seq: int, ranks: list[int] | None) -> None:
-        """Publish this rank's fingerprint for collective ``seq`` of group ``name``; compare its members'."""
+        """Publish this rank's fingerprint for collective ``seq`` of group ``name``; the last member to arrive
+        compares every member's, and refuses the meeting with what differs (every member raises it)."""
         world, client = self.world, self.world.client
         fp = {**fp, "seq": seq}
         base = keys.compared(self.cell, name, seq)
         client.set_json(world.key(keys.member(base, world.rank)), fp)
         label = f"collective #{seq} ({fp['op']}) of this cell"
+        who = ranks if ranks is not None else list(range(world.world_size))
+
+        def compare() -> Verdict:  # every member's fingerprint is in: they published it before they arrived
+            texts = client.multi_get([world.key(keys.member(base, i)) for i in who])
+            problems = differences({i: json.loads(t) for i, t in zip(who, texts, strict=True)})
+            return verdicts.refused("; ".join(problems)) if problems else verdicts.GO
+
         # --timeout counts only for members not at work in the body: one still computing is waited for while
         # it lives (it may be minutes from its collective); one that finished without it is named at once.
-        world.barrier(base, self.timeout, label, on_tick=lambda: self._peer_finished(name, seq, fp, ranks),
-                      members=ranks, working=lambda _, last: at_work(self.cell, last))
-        who = ranks if ranks is not None else list(range(world.world_size))
-        texts = client.multi_get([world.key(keys.member(base, i)) for i in who])
-        problems = differences({i: json.loads(t) for i, t in zip(who, texts, strict=True)})
-        if problems:
+        try:
+            world.barrier(base, self.timeout, label, on_tick=lambda: self._peer_finished(name, seq, fp, ranks),
+                          verdict=compare, members=ranks, working=lambda _, last: at_work(self.cell, last))
+        except BarrierRefused as refused:
             raise CollectiveMismatchError(
-                f"{label} does not match across ranks: {'; '.join(problems)}. "
+                f"{label} does not match across ranks: {refused}. "
                 "Nothing was sent; fix the cell so every rank issues the same collectives"
-            )
+            ) from None
 
     def _peer_finished(self, name: str, seq: int, fp: dict[str, Any], ranks: list[int] | None) -> None:
         """Fail if a member ended its body (it published its output) without issuing collective ``seq``."""

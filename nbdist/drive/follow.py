@@ -310,6 +310,7 @@ class Shows:
     error: Callable[[BaseException], None]
     barrier: Callable[[float], None]
     started: Callable[[], None] = lambda: None
+    tables: bool = True  # whether ``outcome`` draws the cell's table: if not, the outcome holds only what errors need
 
 
 def run(session: Any, follower: Follower, show: Shows) -> Ended:
@@ -336,7 +337,7 @@ def run(session: Any, follower: Follower, show: Shows) -> Ended:
                     shown = threading.Thread(target=show.source, args=(msg,), daemon=True)
                     shown.start()  # while this rank meets the others: the driver waits for it
                 outcome = session.collective(msg.source, cells.Flags(**msg.flags), align=(msg.gen, msg.number),
-                                             driver=msg.driver)
+                                             driver=msg.driver, shows_table=show.tables)
             except KeyboardInterrupt as exc:
                 if type(exc) is KeyboardInterrupt:
                     _show_partial(show, exc)

@@ -122,6 +122,7 @@ def run(args: argparse.Namespace, make_session: Callable[[], Any]) -> int:
                                 f"{_first_line(e)}"),
             barrier=lambda waited: say(f"barrier (waited {waited:.2f} s)"),
             started=lambda: say("following: it runs every %%collective cell the driving notebook runs"),
+            tables=False,
         )
         ended = session.follow(show)
     except KeyboardInterrupt:

@@ -110,7 +110,7 @@ def run(session: Any, s: Spec, sink: list[dict[str, Any]], timeout: float = TIME
     ns = session.shell.user_ns
     ns[RESULTS_NAME] = sink
     try:
-        outcome = session.collective(body(s), cells.Flags(timeout, live=False))
+        outcome = session.collective(body(s), cells.Flags(timeout, live=False), shows_table=False)  # its own table
     finally:
         if ns.get(RESULTS_NAME) is sink:
             del ns[RESULTS_NAME]

@@ -34,7 +34,8 @@ A round (``r/<r>/`` + the names below)::
     t/<n>/failed                  the cell's first failure (:class:`.records.Failure`; the first one wins)
     t/<n>/fp/<group>/<seq>/...    a meeting per compared collective
     t/<n>/out/<i>, out/n, out/state
-                                  rank i's capture; the cell's end meeting
+                                  rank i's capture; the cell's end meeting (its verdict says what the last to
+                                  arrive found in every capture: :mod:`nbdist.cell.ending`)
     t/<n>/live/<i>                rank i's part of the live table
     t/<n>/init/<k>/<i>            rank i rebuilt the group in the body (the notebook's own init_process_group)
     where/asks, where/<k>/ask, where/<k>/rank/<i>, where/<k>/answered

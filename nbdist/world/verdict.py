@@ -5,6 +5,7 @@ this module is the one codec between the two. The text, as the store has always 
 
 ========================  ================================================================
 ``go``                    the meeting opened: every rank arrived and goes on
+``go:with:<found>``       the same, with what the last to arrive found for every rank (its caller's words)
 ``go:rebuild:<why>``      the meeting opened, and every rank rebuilds its process group first
 ``refused:<why>``         every rank arrived, and the last to arrive refused (``why`` says why)
 ``<who> <reason>``        closed: a rank stopped waiting, or never came (its words)
@@ -12,7 +13,8 @@ this module is the one codec between the two. The text, as the store has always 
 ========================  ================================================================
 
 Anyone who reaches the store's port can write into it, so :func:`decode` takes any text: what is not
-``go``, a rebuild or a refusal reads as closed, with the text as its reason.
+``go``, a rebuild or a refusal reads as closed, with the text as its reason; and whoever reads what a
+``go:with:`` says must take any text there too.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+_WITH = "go:with:"
 _REBUILD = "go:rebuild:"
 _REFUSED = "refused:"
 
@@ -33,7 +36,8 @@ class Kind(enum.Enum):
 
 @dataclass(frozen=True)
 class Verdict:
-    """A decided meeting. ``why``: the rebuild's or the refusal's reason, or the closing rank's words."""
+    """A decided meeting. ``why``: the rebuild's or the refusal's reason, the closing rank's words, or what the
+    last to arrive found as it opened the meeting (a go's: :func:`go`)."""
 
     kind: Kind
     why: str = ""
@@ -50,7 +54,7 @@ class Verdict:
 
     def encode(self) -> str:
         if self.kind is Kind.GO:
-            return "go"
+            return _WITH + self.why if self.why else "go"
         if self.kind is Kind.REBUILD:
             return _REBUILD + self.why
         if self.kind is Kind.REFUSED:
@@ -59,6 +63,11 @@ class Verdict:
 
 
 GO = Verdict(Kind.GO)
+
+
+def go(found: str = "") -> Verdict:
+    """Go, and tell every rank what the last to arrive ``found`` (read it with the meeting's verdict, no more)."""
+    return Verdict(Kind.GO, found) if found else GO
 
 
 def rebuild(why: str) -> Verdict:
@@ -79,6 +88,8 @@ def decode(text: str | None) -> Verdict | None:
         return None
     if text.startswith(_REBUILD):
         return rebuild(text.removeprefix(_REBUILD))
+    if text.startswith(_WITH):
+        return go(text.removeprefix(_WITH))
     if text == "go" or text.startswith("go:"):  # "go", and any later form of it that opens
         return GO
     if text.startswith(_REFUSED):

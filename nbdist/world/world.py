@@ -283,7 +283,8 @@ class World:
 
         The last rank to arrive decides with ``verdict`` (go without one;
         see :mod:`nbdist.world.verdict`): a verdict that opens it is every
-        rank's return value; a refusal makes every rank raise
+        rank's return value (a go may carry what that rank found, for every
+        rank to read with it); a refusal makes every rank raise
         :class:`BarrierRefused` with its reason. A rank that stops waiting
         (timeout, interrupt, a lost peer) closes it with its reason, so the
         ranks still waiting fail with that reason and a late one fails at once.

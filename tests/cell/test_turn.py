@@ -14,6 +14,7 @@ from nbdist.world.verdict import Kind, Verdict
 
 @pytest.mark.parametrize(("text", "kind", "why"), [
     ("go", Kind.GO, ""),
+    ('go:with:{"failed":[1]}', Kind.GO, '{"failed":[1]}'),  # what the last to arrive found (nbdist.cell.ending)
     ("go:rebuild:rank 1: it has no process group yet", Kind.REBUILD, "rank 1: it has no process group yet"),
     ("go:rebuild:", Kind.REBUILD, ""),
     ("refused:the ranks entered this %%collective with different code", Kind.REFUSED,

@@ -279,7 +279,7 @@ def drive(world: World, h: Hooks) -> tuple[object, object]:
     if world.rank != 0:
         shown: list[object] = []
         ended = session.follow(follow.Shows(None, lambda outcome: shown.append(outcome.number), shown.append,
-                                            lambda seconds: None))
+                                            lambda seconds: None, tables=False))  # a spawned worker's: no table
         return shown, ended
     session.drive.take(world)
     h.later()  # the followers wait for its first cell
