@@ -33,7 +33,7 @@ from typing import Any
 from ..backend.procgroup import group_name, members
 from ..errors import CollectiveMismatchError, PeerFailedError, PeerLostError, SkippedRanksError, StoppedError
 from ..ranksets import fold, ranks_text, who_said
-from ..world import keys
+from ..world import keys, records
 from ..world import verdict as verdicts
 from ..world.verdict import Verdict
 from ..world.world import BarrierRefused, World
@@ -518,8 +518,6 @@ def skipped_message(op: str, group: list[int] | None, outside: list[int], cell_r
 
 def raise_if_failed(world: World, cell: str) -> None:
     """on_tick helper: stop waiting when another rank already failed this cell."""
-    text = world.client.get_if(world.key(keys.failed(cell)))
-    if text is not None:
-        info = json.loads(text)
-        if info.get("rank") != world.rank:
-            raise PeerFailedError(info.get("message", "another rank failed"))
+    failure = records.Failure.read(world.client.get_if(world.key(keys.failed(cell))))  # None: none, or not one
+    if failure is not None and failure.rank != world.rank:
+        raise PeerFailedError(failure.message)

@@ -98,7 +98,7 @@ class Drive:
         Raises :class:`DriveError` if another notebook drives, or a follower refused an earlier cell.
         """
         if not self.holding:
-            if followers(world) == 0:
+            if followers(world) == 0 and not follow_processes(world):
                 return  # lockstep: every notebook runs its own cells
             self.take(world)
         # Published even while no rank follows yet: a follower that starts before the cell does takes it.
@@ -167,6 +167,15 @@ class Drive:
         if followers(world):
             self.publish(world, secret, "release", why)
         return True
+
+
+def follow_processes(world: World) -> list[int]:
+    """The other ranks that are ``nbdist follow`` processes: they run no cell of their own, only a driver's.
+
+    Such a rank follows from the moment it joined, even before it counts itself among the followers (a
+    moment later): the first cell of a notebook must be published for it, not run in lockstep without it.
+    """
+    return [i for i, info in enumerate(world.ranks) if i != world.rank and info.get("process") == "nbdist follow"]
 
 
 def following(world: World) -> list[int]:
