@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 
 from nbdist.drive import follow
 from nbdist.errors import CellMismatchError, PeerFailedError, PeerLostError
+from nbdist.ranksets import ranks_text
 from nbdist.world.world import World
 
 from . import groups
@@ -156,7 +157,7 @@ def check_barrier_against_cell(run: Run) -> None:
         others = sorted(i for i in run.outcomes if i != ODD)
         for label in [
             f"rank {ODD}: %%collective #1 (start)",
-            ("rank " if len(others) == 1 else "ranks ") + ", ".join(map(str, others)) + ": %dist_barrier #1",
+            f"{ranks_text(others)}: %dist_barrier #1",
         ]:
             if label not in text:
                 raise Violation(f"{run.describe(rank)}'s refusal does not say {label!r}: {text}")
