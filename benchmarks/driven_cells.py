@@ -61,6 +61,7 @@ import argparse
 import ast
 import importlib.util
 import os
+import re
 import secrets
 import statistics
 import sys
@@ -72,6 +73,7 @@ from _common import begin, figure, load_note, record
 from cell_overhead import ANSI, BenchError, median_ms, p90_ms
 from vs_peers import Cell, Ipyparallel, Plain, System, require_ok, shutdown_all, time_rounds, timed, version
 
+from nbdist import ranksets
 from nbdist.drive import kernels
 from nbdist.world import netinfo
 
@@ -83,7 +85,20 @@ SKIPPABLE = ("ipyparallel",)
 MAGICS = "get_ipython().magics_manager.registry['DistMagics']"
 WORKER_PIDS = f"sorted({MAGICS}.session.workers.pids())"
 # The check that a driven cell ran on every rank: each prints a line only it can print.
-RAN_ON = '%%collective\nprint(f"ran on rank {RANK} of {WORLD_SIZE}: x = {x}")'
+def _following(shown: str) -> int:
+    """How many workers %dist_workers shows joined and following: a column per rank, or groups of alike ranks
+    (``── ranks 4,6,13-15 (5) ──``) at a larger size."""
+    count = 0
+    for block in re.split(r"^── ", shown, flags=re.M)[1:]:
+        head, _, body = block.partition("\n")
+        if "state: joined, following" in body:
+            names = re.sub(r"^ranks? | \(\d+\)| ──.*$", "", head.strip())
+            count += len(ranksets.parse(names))
+    return count
+
+
+# A column per rank, at any size (16 ranks are otherwise shown in groups of alike columns).
+RAN_ON = '%%collective --view ranks\nprint(f"ran on rank {RANK} of {WORLD_SIZE}: x = {x}")'
 # The same for %%px: each engine has its own `rank` (vs_peers pushed it) and, after the rounds, x.
 PX_RAN_ON = '%%px\nprint(f"ran on engine rank {rank} of {world_size}: x = {x}")'
 
@@ -157,7 +172,7 @@ class Spawned(System):
         if missing:
             raise BenchError(f"nbdist: the driven cell did not show ranks {missing} of {self.n}:\n{text}")
         shown = ANSI.sub("", require_ok(self.kernel.execute("%dist_workers", timeout), "%dist_workers").text())
-        if shown.count("joined, following") != self.n - 1:
+        if _following(shown) != self.n - 1:
             raise BenchError(f"nbdist: %dist_workers does not show {self.n - 1} workers following:\n{shown}")
 
     def stop(self) -> None:
