@@ -131,6 +131,28 @@ def init_line(rank: int, world_size: int, port: int, extra: str = "") -> str:
     return f"%%dist_init --rank {rank} --world-size {world_size} --master-addr 127.0.0.1 --master-port {port} {extra}"
 
 
+TWO_RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
+
+
+@pytest.fixture
+def two_worlds(port: int) -> Iterator[tuple[Any, Any]]:
+    """Two ranks' worlds in this process, each with its own connection to a real server on loopback, both just
+    joined (round 0, ranks :data:`TWO_RANKS`): a protocol's interleaving replayed at the store."""
+    from nbdist.world.store import Server, connect
+    from nbdist.world.world import World
+
+    server = Server("127.0.0.1", port)
+    clients = [connect("127.0.0.1", port) for _ in range(2)]
+    try:
+        first, second = (World(c, 0, i, 2, TWO_RANKS[i], TWO_RANKS) for i, c in enumerate(clients))
+        first.last_turn = second.last_turn = first.turn() - 1
+        yield first, second
+    finally:
+        for c in clients:
+            c.close()
+        server.stop()
+
+
 @pytest.fixture
 def start_kernels() -> Iterator[Callable[[int], list[kernels.Kernel]]]:
     """Factory: start N kernels with nbdist loaded; all are shut down after the test."""

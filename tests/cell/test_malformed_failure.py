@@ -9,10 +9,8 @@ import pytest
 
 from nbdist.cell import turn, watch
 from nbdist.world import keys, records
-from nbdist.world.store import Server, connect
-from nbdist.world.world import World, step_name
+from nbdist.world.world import step_name
 
-RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
 BODY = "x = RANK\n"
 MALFORMED = ["garbage", "[]", json.dumps({"rank": 1, "kind": "error"}),
              json.dumps({"rank": "1", "kind": "error", "message": "m"}),
@@ -20,17 +18,8 @@ MALFORMED = ["garbage", "[]", json.dumps({"rank": 1, "kind": "error"}),
 
 
 @pytest.fixture
-def pair(port):
-    server = Server("127.0.0.1", port)
-    clients = [connect("127.0.0.1", port) for _ in range(2)]
-    try:
-        late, peer = (World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate(clients))
-        late.last_turn = peer.last_turn = late.turn() - 1
-        yield late, peer
-    finally:
-        for c in clients:
-            c.close()
-        server.stop()
+def pair(two_worlds):
+    return two_worlds  # (rank 0, rank 1), both just joined
 
 
 @pytest.mark.parametrize("text", MALFORMED)

@@ -7,25 +7,14 @@ import pytest
 
 from nbdist.cell import turn
 from nbdist.errors import PeerFailedError
-from nbdist.world.store import Server, connect
-from nbdist.world.world import World, step_name
+from nbdist.world.world import step_name
 
-RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
 BODY = "x = RANK\n"
 
 
 @pytest.fixture
-def pair(port):
-    server = Server("127.0.0.1", port)
-    clients = [connect("127.0.0.1", port) for _ in range(2)]
-    try:
-        late, peer = (World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate(clients))
-        late.last_turn = peer.last_turn = late.turn() - 1  # both just joined
-        yield late, peer
-    finally:
-        for c in clients:
-            c.close()
-        server.stop()
+def pair(two_worlds):
+    return two_worlds  # (rank 0, rank 1), both just joined
 
 
 def test_the_late_rank_fails_with_the_peers_reason_and_takes_no_step(pair):

@@ -11,25 +11,14 @@ from nbdist.cell import turn
 from nbdist.errors import PeerFailedError
 from nbdist.world import keys
 from nbdist.world import verdict as verdicts
-from nbdist.world.store import Server, connect
 from nbdist.world.world import World, step_name
 
-RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
 WAIT = 60.0  # the driver's --timeout: a refusal that closes nothing leaves it waiting this long
 
 
 @pytest.fixture
-def pair(port):
-    server = Server("127.0.0.1", port)
-    clients = [connect("127.0.0.1", port) for _ in range(2)]
-    try:
-        driver, follower = (World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate(clients))
-        driver.last_turn = follower.last_turn = driver.turn() - 1
-        yield driver, follower
-    finally:
-        for c in clients:
-            c.close()
-        server.stop()
+def pair(two_worlds):
+    return two_worlds  # (rank 0, rank 1), both just joined
 
 
 def _state(world: World, n: int) -> verdicts.Verdict | None:
