@@ -465,8 +465,7 @@ class DistMagics(Magics):
         """
         args = parse_argstring(self.dist_follow, line)
         world = self.session.require_world("%dist_follow")
-        rank = world.rank
-        quiet = args.quiet
+        rank, quiet = world.rank, args.quiet
         show = follow.Shows(
             source=None if quiet else lambda m: display(Source(f"nbdist: {world.describe(m.driver)} runs "
                                                                f"%%collective #{m.number}:", m.source)),
