@@ -24,11 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import HEARTBEAT_INTERVAL, POLL_INTERVAL
+from ..config import HEARTBEAT_INTERVAL
 from ..errors import JoinError, PeerFailedError, PeerLostError, StoreConnectionError, WaitTimeout, WorldChangedError
 from ..ranksets import who_said
-from . import keys
+from . import keys, meeting
 from . import verdict as verdicts
+from .meeting import Cause, Leave, Next, Seen
 from .pulse import judge
 from .store import StoreClient
 from .verdict import Verdict
@@ -305,7 +306,7 @@ class World:
         expected = self.world_size if members is None else len(members)
         try:
             # The last to arrive opens it: nobody waits for its note.
-            if self.client.add(keys.arrivals(base), 1) >= expected:
+            if meeting.arrived(self.client.add(keys.arrivals(base), 1), expected) is Next.DECIDE:
                 decided = verdict() if verdict is not None else verdicts.GO
                 if turn is not None:
                     self.take_turn(turn)
@@ -317,8 +318,10 @@ class World:
         except KeyboardInterrupt as exc:  # wherever it lands (a store call defers it): nobody may wait for this rank
             user = type(exc) is KeyboardInterrupt
             state = self._close(base, "interrupted its cell" if user else f"stopped: {exc}", turn)
-            if state is not None and state.opened:
+            leave = meeting.leaving(Cause.STOP, state)
+            if leave is Leave.STOPPED_AFTER_OPEN:
                 # Every rank arrived before the stop could close it: they go on, so the stop is the step's now.
+                assert state is not None
                 raise StoppedAfterOpen(state) from None
             self._note_gave_up(label, "the stop button" if user else str(exc))
             if user:  # the stop button: its message, not nbdist's frames
@@ -327,16 +330,20 @@ class World:
             raise
         if state is None:
             raise PeerFailedError(f"{label}: the meeting ended undecided; run the next cell on every rank")
-        if state.kind is verdicts.Kind.REFUSED:
+        outcome = meeting.decided(state)
+        if outcome is Next.REFUSED:
             raise BarrierRefused(state.why)
-        if not state.opened:
+        if outcome is Next.CLOSED:
             raise PeerFailedError(f"{label}: {state.encode()}; run the next cell on every rank")
         return state
 
     def _wait_open(self, base: str, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None,
                    members: list[int] | None, working: Callable[[int, dict[str, Any]], bool] | None,
                    turn: int | None) -> Verdict | None:
+        """Wait until the meeting is decided; each slice checks the world, the peers and the caller's tick, and
+        :func:`nbdist.world.meeting.waiting` decides what the clock means. Leaving on its own, this rank closes it."""
         deadline = time.monotonic() + timeout
+        waits_for_work = working is not None
 
         def tick() -> None:
             nonlocal deadline
@@ -347,17 +354,19 @@ class World:
             if self.attend is not None:
                 self.attend()
             now = time.monotonic()
-            if working is not None and now > deadline:
-                if not self._missing_work(name, members, working):
-                    raise WaitTimeout(f"waited {timeout:g} s")
+            step = meeting.waiting(Seen(None), now, deadline, waits_for_work)
+            if step is Next.READ_MISSING:
+                assert working is not None
+                step = meeting.waiting(Seen(None, self._missing_work(name, members, working)), now, deadline,
+                                       waits_for_work)
+            if step is Next.RECHECK:
                 deadline = now + WORKING_RECHECK  # every missing rank is still at work: look again soon
+            elif step is Next.GIVE_UP:
+                raise WaitTimeout(f"waited {timeout:g} s")
 
-        ends = time.monotonic() + timeout
         try:
             while True:
-                # With ``working``, the deadline is the tick's to keep: it moves while the missing ranks work.
-                left = max(POLL_INTERVAL, ends - time.monotonic()) if working is None else UNBOUNDED
-                self.client.wait([keys.state(base)], left, on_tick=tick)
+                self.client.wait([keys.state(base)], UNBOUNDED, on_tick=tick)  # the tick keeps the deadline
                 state = verdicts.decode(self.client.get_if(keys.state(base)))
                 if state is not None:
                     return state
@@ -365,14 +374,14 @@ class World:
                 # compare-and-set merely reads the missing key. Wait again.
         except WaitTimeout:
             state = self._close(base, f"gave up waiting after {timeout:g} s", turn)
-            if state is None or not state.opened:
-                missing = self._who_is_missing(name, timeout, label, members)
-                self._note_gave_up(label, f"waited {timeout:g} s")
-                raise WaitTimeout(missing) from None
-            return state  # it opened as this rank gave up: go on with the others
+            if meeting.leaving(Cause.DEADLINE, state) is Leave.GO_ON:
+                return state  # it opened as this rank gave up: go on with the others
+            missing = self._who_is_missing(name, timeout, label, members)
+            self._note_gave_up(label, f"waited {timeout:g} s")
+            raise WaitTimeout(missing) from None
         except Exception as exc:
             state = self._close(base, f"stopped waiting: {exc}", turn)
-            if state is None or not state.opened:
+            if meeting.notes_gave_up(meeting.leaving(Cause.ERROR, state)):
                 self._note_gave_up(label, str(exc))
             raise
 
