@@ -424,24 +424,9 @@ class Session:
         if self.guard is not None:
             self.guard.running = False
         try:
-            if self.world is None or error is None or not raw.lstrip().startswith("%%collective"):
-                return
-            if isinstance(error, DriveError):
-                return  # another notebook drives: this cell never had a turn of its own
-            interrupted = isinstance(error, KeyboardInterrupt)
-            why = ("interrupted its cell" if interrupted
-                   else f"could not start its cell ({type(error).__name__}: {error})")
-            # A second press must not cut this short (IPython's event loop would swallow it, and nobody be told).
-            with self.turn.stops.held(take=False):
-                try:
-                    self.sync_generation(self.world)
-                    if self.turn.step is None:  # the step could not be read as the cell began: the world's next one
-                        self.turn.claim(self.world.turn())
-                    # Before nbdist's code (the magic's flags, a stop): the step this cell began with, closed.
-                    self.turn.abort(self.world, why, interrupted, raw.lstrip().partition("\n")[2])
-                except StoreConnectionError as exc:
-                    log.info("could not tell the others this rank's cell did not start: %s", exc)
-            self.turn.stops.drop()
+            world = self.world
+            if world is not None:
+                self.turn.cell_ended(world, turn.CellEnded.of(raw, error), lambda: self.sync_generation(world))
         finally:
             self.turn.begin()
 

@@ -32,17 +32,20 @@ from __future__ import annotations
 import contextlib
 import enum
 import hashlib
+import logging
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CellMismatchError, PeerFailedError, StoreConnectionError
+from ..errors import CellMismatchError, DriveError, PeerFailedError, StoreConnectionError
 from ..world import keys, records
 from ..world.verdict import Verdict
 from ..world.world import BarrierRefused, StoppedAfterOpen, World, step_name
 from .watch import publish
+
+log = logging.getLogger(__name__)
 
 BARRIER = "%dist_barrier"  # what names a %dist_barrier's step across ranks, as a body names a cell's
 
@@ -83,6 +86,45 @@ def takes_stop(phase: Phase) -> bool:
     takes it while it waits for others (once every rank has ended, it has nothing left to stop).
     """
     return phase not in (Phase.BUILDING, Phase.ENDING, Phase.DONE)
+
+
+@dataclass(frozen=True)
+class CellEnded:
+    """IPython's ``post_run_cell``, as the turn sees it: whether the cell was a ``%%collective``, what it raised
+    (None: nothing), and its body (the cell's text after the magic's line)."""
+
+    collective: bool
+    error: BaseException | None
+    body: str
+
+    @classmethod
+    def of(cls, raw: str, error: BaseException | None) -> CellEnded:
+        text = raw.lstrip()
+        return cls(text.startswith("%%collective"), error, text.partition("\n")[2])
+
+
+@dataclass(frozen=True)
+class Leaving:
+    """What a cell that ended with an error leaves its step with (:meth:`Turn.abort`): the reason the others read."""
+
+    reason: str
+    interrupted: bool
+    body: str
+
+
+def left_early(event: CellEnded) -> Leaving | None:
+    """What a ``%%collective`` that ended with an error must still tell the others, if anything.
+
+    The stop button, or the magic's flags, can end it before nbdist's code ran (the turn is then ``CLAIMED``
+    and :func:`closing` closes the step); an error inside nbdist's code has already ended the turn (``DONE``:
+    nothing to write). A cell refused because another notebook drives had no turn of its own.
+    """
+    if not event.collective or event.error is None or isinstance(event.error, DriveError):
+        return None
+    interrupted = isinstance(event.error, KeyboardInterrupt)
+    reason = ("interrupted its cell" if interrupted
+              else f"could not start its cell ({type(event.error).__name__}: {event.error})")
+    return Leaving(reason, interrupted, event.body)
 
 
 class StopButton:
@@ -225,6 +267,26 @@ class Turn:
             except StoreConnectionError as lost:
                 exc.add_note(f"(the other ranks could not be told: {lost})")
             raise
+
+    def cell_ended(self, world: World, event: CellEnded, catch_up: Callable[[], object]) -> None:
+        """IPython's ``post_run_cell``: a ``%%collective`` stopped before its turn still takes it, closed
+        (:func:`left_early`); without this the other ranks would wait for this one until their --timeout.
+
+        ``catch_up`` brings the world to the store's generation first. A second press must not cut this short
+        (IPython's event loop would swallow it, and nobody be told): the stop button is held while it writes.
+        """
+        leaving = left_early(event)
+        if leaving is None:
+            return
+        with self.stops.held(take=False):
+            try:
+                catch_up()
+                if self.step is None:  # the step could not be read as the cell began: the world's next one
+                    self.claim(world.turn())
+                self.abort(world, leaving.reason, leaving.interrupted, leaving.body)
+            except StoreConnectionError as exc:
+                log.info("could not tell the others this rank's cell did not start: %s", exc)
+        self.stops.drop()
 
     def arrived(self) -> None:
         """This rank is counted in at the step's meeting next (:meth:`nbdist.world.world.World.meet`). A press held

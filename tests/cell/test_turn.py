@@ -6,8 +6,10 @@ from __future__ import annotations
 import signal
 
 import pytest
+from IPython.core.error import UsageError
 
-from nbdist.cell.turn import Closing, Phase, StopButton, Turn, closing, takes_stop
+from nbdist.cell.turn import CellEnded, Closing, Leaving, Phase, StopButton, Turn, closing, left_early, takes_stop
+from nbdist.errors import DriveError
 from nbdist.world import verdict as verdicts
 from nbdist.world.verdict import Kind, Verdict
 
@@ -83,3 +85,19 @@ def test_a_press_held_while_a_cell_begins_is_left_to_the_caller():
     assert stops.pressed  # IPython's pre_run_cell would swallow a raise: the cell takes it (finding F4)
     stops.drop()
     assert not stops.pressed
+
+
+@pytest.mark.parametrize(("raw", "error", "expected"), [
+    # Not a %%collective, or no error: the turn has nothing to tell.
+    ("x = 1", KeyboardInterrupt(), None),
+    ("%%collective\nx = 1", None, None),
+    # Another notebook drives: the cell never had a turn of its own.
+    ("%%collective\nx = 1", DriveError("rank 0 drives"), None),
+    # The stop button, or the magic's flags, before nbdist's code: the step is left with the cell's body.
+    ("  %%collective --timeout 5\nx = 1\ny = 2", KeyboardInterrupt(),
+     Leaving("interrupted its cell", True, "x = 1\ny = 2")),
+    ("%%collective --tmeout 5\nx = 1", UsageError("unrecognized arguments: --tmeout 5"),
+     Leaving("could not start its cell (UsageError: unrecognized arguments: --tmeout 5)", False, "x = 1")),
+])
+def test_a_collective_that_ended_with_an_error_leaves_its_step_with_its_reason(raw, error, expected):
+    assert left_early(CellEnded.of(raw, error)) == expected
