@@ -264,133 +264,201 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
     """
     step = turn.step
     assert step is not None, "the turn claims its step first"
+    run = _CellRun(world, step, shell, source, flags, watch_client, params, activate, rebuild, stopper, driver,
+                   state, draw_live, turn, run_body, keep, aids, shows_table)
     with turn.guarded(world, source):
         with turn.stops.held(take=False):  # a press it did not take came as the cell ended: nothing left to stop
-            outcome = _run(world, step, step_name(step), shell, source, flags, watch_client, params, activate,
-                           rebuild, stopper, driver, state, draw_live, turn, run_body, keep, aids, shows_table)
+            outcome = _run(run)
         turn.stops.drop()
         return outcome
 
 
-def _run(world: World, n: int, cell: str, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
-         params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[int], None],
-         stopper: Stopper | None, driver: int | None, state: dict[str, Any], draw_live: bool, turn: Turn,
-         run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]],
-         keep: capture.Keep | None = None, aids: Any = None, shows_table: bool = True) -> Outcome:
-    label = f"%%collective #{n}"
-    timeout = flags.timeout
-    digest = hashlib.sha256(source.encode()).hexdigest()
-    start = {"hash": digest, "code": source[:MAX_SOURCE_CHARS], "pg": state, "flags": flags.compared()}
-    try:
-        opened, stopped = turn.meet(world, "cell", f"{label} (start)", start, timeout,
-                                    verdict=lambda records: start_verdict(world, records), on_missed=say)
-    except WaitTimeout as exc:
-        if state.get("ok"):
+def _run(run: _CellRun) -> Outcome:
+    """One rank's cell, in the turn's phases: meet at the start, run the body under its watch, publish, meet at
+    the end (every early end goes through the turn: see :func:`run`)."""
+    rebuilt = run.meet_start()
+    cap, reason, interrupted = run.body()
+    published, reason = run.publish(cap, reason, interrupted, rebuilt)
+    return run.meet_end(published, reason, rebuilt)
+
+
+@dataclass
+class _CellRun:
+    """One ``%%collective`` on this rank, from its start's meeting to its end's (:func:`_run`); see :func:`run`."""
+
+    world: World
+    n: int
+    shell: Any
+    source: str
+    flags: Flags
+    watch_client: StoreClient
+    params: dict[str, list[str]]
+    activate: Callable[[Checker | None], None]
+    rebuild: Callable[[int], None]
+    stopper: Stopper | None
+    driver: int | None
+    state: dict[str, Any]
+    draw_live: bool
+    turn: Turn
+    run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]]
+    keep: capture.Keep | None
+    aids: Any
+    shows_table: bool
+    # Set as the cell goes: its body's watch, the live table, the hang report and when the body began.
+    checker: Checker | None = None
+    live: LiveTable | None = None
+    hang: Any = None
+    body_started: float = 0.0
+
+    @property
+    def cell(self) -> str:
+        return step_name(self.n)
+
+    @property
+    def label(self) -> str:
+        return f"%%collective #{self.n}"
+
+    def meet_start(self) -> str | None:
+        """Meet every rank at the step (the last to arrive decides: :func:`start_verdict`), and rebuild the process
+        group if told to; why it was rebuilt, or None. A stop once every rank arrived is taken before the body."""
+        world, state, turn = self.world, self.state, self.turn
+        source, flags = self.source, self.flags
+        start = {"hash": hashlib.sha256(source.encode()).hexdigest(), "code": source[:MAX_SOURCE_CHARS], "pg": state,
+                 "flags": flags.compared()}
+        try:
+            opened, stopped = turn.meet(world, "cell", f"{self.label} (start)", start, flags.timeout,
+                                        verdict=lambda records: start_verdict(world, records), on_missed=say)
+        except WaitTimeout as exc:
+            if state.get("ok"):
+                raise
+            raise WaitTimeout(f"{exc}. Every rank must rebuild the process group at this cell's start first "
+                              f"({state.get('why')})") from None
+        rebuilt = opened.rebuild
+        if rebuilt is not None:
+            turn.enter(Phase.BUILDING)
+            self.rebuild(self.n)
+        if stopped:
+            turn.stops.press()
+        return rebuilt
+
+    def body(self) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+        """Run the body under its watch (a rank outside ``--ranks`` skips it): its capture, why the watcher stopped
+        it (or None), and whether the stop button did."""
+        world, flags, cell, label, aids = self.world, self.flags, self.cell, self.label, self.aids
+        self.turn.enter(Phase.BODY)
+        checker = self.checker = Checker(world, cell, flags.timeout, self.params, compare=flags.check,
+                                         on_tick=lambda: raise_if_failed(world, cell), trace=flags.trace,
+                                         ranks=flags.ranks)
+        output = OutputLog()
+        body_thread = threading.get_ident()  # the body runs here: the live table samples where it is
+        # No front end (nbdist follow): publish this rank's part for the notebooks, draw nothing. A plain shell prints
+        # each display to stdout, which during the body is the body's own output: the table would fill its column.
+        publisher = self.shell.display_pub if self.draw_live else None
+        live = self.live = LiveTable(
+            world, cell, f"{label} · {world.world_size} ranks", output, publisher, flags.live, view=flags.view,
+            show=flags.show, place=lambda: (None if aids is None else aids.breakpoints.place()) or where(
+                checker.inside or checker.reaching, cell_line(body_thread)))
+        self.body_started = time.monotonic()
+        hang = self.hang = None if aids is None else aids.hang(world, asks=self.driver is None)
+        if flags.ranks is not None and world.rank not in flags.ranks:
+            # Not at work in the body (no "body" in the note): the members' end barrier need not wait for this rank.
+            world.note(f"skipping {label} (--ranks {ranksets.fold(flags.ranks)})", cell=self.n)
+            return skipped(flags.ranks), None, False
+        world.note(f"running {label}", cell=self.n, body=cell)
+        return self.run_body(Body(world, self.watch_client, cell, label, self.shell, self.source, output, checker,
+                                  live, flags, self.stopper, self.driver, self.activate, self.turn, self.keep, aids,
+                                  hang))
+
+    def outcome(self, captures: list[dict[str, Any] | None], reason: dict[str, Any] | None,
+                rebuilt: str | None) -> Outcome:
+        assert self.live is not None
+        return Outcome(self.n, captures, reason, rebuilt, live_id=self.live.display_id, view=self.flags.view,
+                       show=self.flags.show, where=None if self.hang is None else self.hang.text())
+
+    def publish(self, cap: dict[str, Any], reason: dict[str, Any] | None, interrupted: bool,
+                rebuilt: str | None) -> tuple[str, dict[str, Any] | None]:
+        """Publish this rank's record, and its failure first if it failed (the first failure is every rank's
+        reason): the record as published, and the reason the cell was cut short (None: it was not)."""
+        world, cell, checker, live = self.world, self.cell, self.checker, self.live
+        assert checker is not None and live is not None
+        self.turn.enter(Phase.ENDING)
+        if self.hang is not None:
+            body_ended = time.monotonic()
+            self.hang.stuck_since = lambda: body_ended  # at the cell's end, waiting for the others
+        live.finish(cap)
+        record: dict[str, Any]
+        try:
+            record = _record(world, cap, checker, interrupted)
+        except Exception as exc:  # nbdist's own bookkeeping failed: this rank's error, published at once
+            record = _capture_failure(world, cap, exc)
+        if reason is not None and reason.get("kind") == "server":
+            # Nobody can be told and no barrier can be met: end now, with this rank's own column.
+            if world.pg is not None:
+                world.pg.distrust("the rendezvous server went away")
+            failure = StoreConnectionError(reason.get("message", "the rendezvous server went away"))
+            mine = [record if i == world.rank else None for i in range(world.world_size)]
+            failure.outcome = self.outcome(mine, reason, rebuilt)  # type: ignore[attr-defined]
+            raise failure
+        error = record["error"]
+        if error is not None and reason is None:
+            kind = "interrupted" if error.get("interrupted") else "error"
+            me = world.describe(world.rank)
+            message = (f"{me} raised {error['ename']}: {error['evalue']}" if kind == "error"
+                       else f"{me} quit its debugger (q)" if error.get("ename") == "BdbQuit"
+                       else f"{me} interrupted its cell")
+            first = publish_failure(world.client, world, cell, {"rank": world.rank, "kind": kind, "message": message})
+            if first["rank"] != world.rank:
+                reason = first  # another rank failed first
+        if reason is not None and reason.get("rank") != world.rank:
+            if error is not None:
+                error["consequence"] = _is_consequence(error, checker)
+            if error is None or error["consequence"]:
+                record["cancelled"] = reason.get("message", "")
+        published = fit(record)
+        world.client.set(world.key(keys.out(cell, world.rank)), published)
+        return published, reason
+
+    def meet_end(self, published: str, reason: dict[str, Any] | None, rebuilt: str | None) -> Outcome:
+        """Meet every rank at the cell's end; the last to arrive reads every record and tells every rank what it
+        found (:mod:`nbdist.cell.ending`). The outcome: every rank's capture (this rank's only, if it shows no
+        table), why it was cut short, and what the process group needs."""
+        world, cell, label, flags, live = self.world, self.cell, self.label, self.flags, self.live
+        assert live is not None
+        every: list[dict[str, Any] | None] | None = None  # every rank's record, if this rank read them to decide
+
+        def decide() -> Verdict:  # the last to arrive: what every rank must know from every record, found once
+            nonlocal every
+            every = ending.read(world, cell, list(range(world.world_size)))
+            return verdicts.go(ending.find(every).encode())
+
+        started = self.body_started
+        try:
+            opened = world.barrier(keys.ending(cell), flags.timeout, f"{label} (end)", then=f"finished {label}",
+                                   on_tick=lambda: _end_tick(world, cell, live, flags, started, self.turn, self.hang),
+                                   working=lambda _, last: at_work(cell, last) and _within_max_time(flags, started),
+                                   verdict=decide)
+        except (NbdistError, KeyboardInterrupt) as exc:
+            if world.pg is not None:
+                world.pg.distrust(f"the end of {label} was not reached by every rank")
+            partial = ([world.client.get_json_if(world.key(keys.out(cell, i))) for i in range(world.world_size)]
+                       if self.shows_table else [json.loads(published) if i == world.rank else None
+                                                 for i in range(world.world_size)])  # nobody draws its table
+            exc.outcome = self.outcome(partial, reason, rebuilt)  # type: ignore[union-attr]
             raise
-        raise WaitTimeout(f"{exc}. Every rank must rebuild the process group at this cell's start first "
-                          f"({state.get('why')})") from None
-    rebuilt = opened.rebuild
-    if rebuilt is not None:
-        turn.enter(Phase.BUILDING)
-        rebuild(n)
-    if stopped:
-        turn.stops.press()
-    turn.enter(Phase.BODY)
-    checker = Checker(world, cell, timeout, params, compare=flags.check,
-                      on_tick=lambda: raise_if_failed(world, cell), trace=flags.trace, ranks=flags.ranks)
-    output = OutputLog()
-    body_thread = threading.get_ident()  # the body runs here: the live table samples where it is
-    # No front end (nbdist follow): publish this rank's part for the notebooks, draw nothing. A plain shell prints
-    # each display to stdout, which during the body is the body's own output: the table would fill its column.
-    publisher = shell.display_pub if draw_live else None
-    live = LiveTable(world, cell, f"{label} · {world.world_size} ranks", output, publisher, flags.live,
-                     view=flags.view, show=flags.show,
-                     place=lambda: (None if aids is None else aids.breakpoints.place()) or where(
-                         checker.inside or checker.reaching, cell_line(body_thread)))
-    body_started = time.monotonic()
-    hang = None if aids is None else aids.hang(world, asks=driver is None)
-    reason: dict[str, Any] | None = None
-    interrupted = False
-    if flags.ranks is not None and world.rank not in flags.ranks:
-        # Not at work in the body (no "body" in the note): the members' end barrier need not wait for this rank.
-        world.note(f"skipping {label} (--ranks {ranksets.fold(flags.ranks)})", cell=n)
-        cap = skipped(flags.ranks)
-    else:
-        world.note(f"running {label}", cell=n, body=cell)
-        cap, reason, interrupted = run_body(Body(world, watch_client, cell, label, shell, source, output, checker,
-                                                 live, flags, stopper, driver, activate, turn, keep, aids, hang))
-    turn.enter(Phase.ENDING)
-    if hang is not None:
-        body_ended = time.monotonic()
-        hang.stuck_since = lambda: body_ended  # at the cell's end, waiting for the others
-    live.finish(cap)
-    record: dict[str, Any]
-    try:
-        record = _record(world, cap, checker, interrupted)
-    except Exception as exc:  # nbdist's own bookkeeping failed: this rank's error, published at once
-        record = _capture_failure(world, cap, exc)
-    if reason is not None and reason.get("kind") == "server":
-        # Nobody can be told and no barrier can be met: end now, with this rank's own column.
-        if world.pg is not None:
-            world.pg.distrust("the rendezvous server went away")
-        failure = StoreConnectionError(reason.get("message", "the rendezvous server went away"))
-        mine = [record if i == world.rank else None for i in range(world.world_size)]
-        failure.outcome = Outcome(n, mine, reason, rebuilt, live_id=live.display_id,  # type: ignore[attr-defined]
-                                  view=flags.view, show=flags.show, where=None if hang is None else hang.text())
-        raise failure
-    error = record["error"]
-    if error is not None and reason is None:
-        kind = "interrupted" if error.get("interrupted") else "error"
-        message = (f"{world.describe(world.rank)} raised {error['ename']}: {error['evalue']}" if kind == "error"
-                   else f"{world.describe(world.rank)} quit its debugger (q)" if error.get("ename") == "BdbQuit"
-                   else f"{world.describe(world.rank)} interrupted its cell")
-        first = publish_failure(world.client, world, cell, {"rank": world.rank, "kind": kind, "message": message})
-        if first["rank"] != world.rank:
-            reason = first  # another rank failed first
-    if reason is not None and reason.get("rank") != world.rank:
-        if error is not None:
-            error["consequence"] = _is_consequence(error, checker)
-        if error is None or error["consequence"]:
-            record["cancelled"] = reason.get("message", "")
-    published = fit(record)
-    world.client.set(world.key(keys.out(cell, world.rank)), published)
-    every: list[dict[str, Any] | None] | None = None  # every rank's record, if this rank read them to decide
-
-    def decide() -> Verdict:  # the last to arrive: what every rank must know from every record, found once
-        nonlocal every
-        every = ending.read(world, cell, list(range(world.world_size)))
-        return verdicts.go(ending.find(every).encode())
-
-    try:
-        opened = world.barrier(keys.ending(cell), timeout, f"{label} (end)", then=f"finished {label}",
-                               on_tick=lambda: _end_tick(world, cell, live, flags, body_started, turn, hang),
-                               working=lambda _, last: at_work(cell, last) and _within_max_time(flags, body_started),
-                               verdict=decide)
-    except (NbdistError, KeyboardInterrupt) as exc:
-        if world.pg is not None:
-            world.pg.distrust(f"the end of {label} was not reached by every rank")
-        partial = ([world.client.get_json_if(world.key(keys.out(cell, i))) for i in range(world.world_size)]
-                   if shows_table else [json.loads(published) if i == world.rank else None
-                                        for i in range(world.world_size)])  # nobody draws its table
-        exc.outcome = Outcome(n, partial, reason, rebuilt,  # type: ignore[union-attr]
-                              live_id=live.display_id, view=flags.view, show=flags.show,
-                              where=None if hang is None else hang.text())
-        raise
-    turn.done()  # the cell ended on every rank
-    world.note(f"finished {label}", cell=n)
-    captures, found = ending.records(world, cell, opened, json.loads(published), shows_table, every)
-    outcome = Outcome(n, captures, reason, rebuilt, live_id=live.display_id, view=flags.view, show=flags.show,
-                      where=None if hang is None else hang.text())
-    outcome.mismatch = found.mismatch
-    distrusted = found.distrusted
-    if distrusted is not None:
-        if world.pg is not None:
-            world.pg.distrust(distrusted)
-        outcome.distrusted = distrusted
-        outcome.holders = procgroup.holders(shell.user_ns)
-    elif rebuilt is not None:
-        outcome.holders = procgroup.holders(shell.user_ns)
-    return outcome
+        self.turn.done()  # the cell ended on every rank
+        world.note(f"finished {label}", cell=self.n)
+        captures, found = ending.records(world, cell, opened, json.loads(published), self.shows_table, every)
+        outcome = self.outcome(captures, reason, rebuilt)
+        outcome.mismatch = found.mismatch
+        distrusted = found.distrusted
+        if distrusted is not None:
+            if world.pg is not None:
+                world.pg.distrust(distrusted)
+            outcome.distrusted = distrusted
+            outcome.holders = procgroup.holders(self.shell.user_ns)
+        elif rebuilt is not None:
+            outcome.holders = procgroup.holders(self.shell.user_ns)
+        return outcome
 
 
 def say(text: str) -> None:
