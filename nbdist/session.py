@@ -448,7 +448,7 @@ class Session:
                     raise
                 self.drive.before(world, self.secret, "barrier", flags={"timeout": timeout}, step=n)
             # A stop once every rank arrived has nothing left to stop: the barrier is passed.
-            bar.meet(world, "barrier", f"%dist_barrier #{n}", {}, timeout, working=world.busy_elsewhere,
+            bar.meet(world, "barrier", f"%dist_barrier #{n}", None, timeout, working=world.busy_elsewhere,
                      on_missed=cells.say)
             bar.done()
             bar.stops.drop()

@@ -17,6 +17,7 @@ from nbdist.cell import cells
 from nbdist.cell.fingerprint import peer_of, skipped_message
 from nbdist.drive import follow, kernels
 from nbdist.errors import ConfigError, SkippedRanksError, by_name
+from nbdist.world.records import Arrival, CellStart
 from nbdist.world.verdict import Kind
 
 from .conftest import lend, ok, shared_world
@@ -57,7 +58,9 @@ def test_the_ranks_reach_a_follower_through_json_as_the_same_flags():
 
 
 def test_the_ranks_are_compared_across_ranks_and_a_difference_is_refused_naming_each_set():
-    records = [{"flags": cells.Flags(30.0, ranks=r).compared()} for r in ((0, 1), (0, 1), (0, 1, 2))]
+    records = [Arrival("cell", "%%collective #1 (start)", CellStart("h", "x = 1", {"ok": True},
+                                                                    cells.Flags(30.0, ranks=r).compared()))
+               for r in ((0, 1), (0, 1), (0, 1, 2))]
     verdict = cells.start_verdict(None, records)  # type: ignore[arg-type]  # a flags refusal needs no world
     assert verdict.kind is Kind.REFUSED, verdict
     assert verdict.why.startswith("the ranks ran %%collective with different flags"), verdict

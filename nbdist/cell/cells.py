@@ -56,6 +56,7 @@ from ..view import trace
 from ..view.shrink import fit
 from ..world import keys
 from ..world import verdict as verdicts
+from ..world.records import Arrival, CellStart
 from ..world.store import StoreClient
 from ..world.verdict import Verdict
 from ..world.world import World, step_name
@@ -97,45 +98,47 @@ def _flags_text(flags: dict[str, Any]) -> str:
     return " ".join(words) or "no flags"
 
 
-def start_verdict(world: World, records: list[dict[str, Any]]) -> Verdict:
+def start_verdict(world: World, arrivals: list[Arrival]) -> Verdict:
     """What the last rank to arrive at a cell decides for every rank: refuse, rebuild first, or go."""
+    records = [a.cell for a in arrivals if a.cell is not None]
+    assert len(records) == len(arrivals), "every rank reached a cell (World.meet refuses other kinds first)"
     flags: dict[str, list[int]] = {}
     for i, rec in enumerate(records):
-        flags.setdefault(_flags_text(rec["flags"]), []).append(i)
+        flags.setdefault(_flags_text(rec.flags), []).append(i)
     if len(flags) > 1:
         return verdicts.refused("the ranks ran %%collective with different flags, which change how the cell runs "
                                 f"({ranksets.who_said(flags)}); nothing ran. Use the same %%collective line in every "
                                 "notebook")
-    if not records[0]["flags"].get("allow_different"):
+    if not records[0].flags.get("allow_different"):
         refusal = compare_sources(records)
         if refusal is not None:
             return verdicts.refused(refusal)
-    whys = {rec["pg"].get("why") for rec in records if not rec["pg"].get("ok")}
-    if len(whys) == 1 and all(not rec["pg"].get("ok") for rec in records):
+    whys = {rec.pg.get("why") for rec in records if not rec.pg.get("ok")}
+    if len(whys) == 1 and all(not rec.pg.get("ok") for rec in records):
         why = whys.pop()  # every rank says the same (the world moved on): say it once
     else:
-        why = procgroup.verdict({i: rec["pg"] for i, rec in enumerate(records)})
+        why = procgroup.verdict({i: rec.pg for i, rec in enumerate(records)})
     if why is None:
         gen = world.store_generation()  # now, not when each rank arrived: it may have moved while they waited
-        older = [i for i, rec in enumerate(records) if rec["pg"].get("gen", gen) != gen]
+        older = [i for i, rec in enumerate(records) if rec.pg.get("gen", gen) != gen]
         if older:
             why = (f"{ranksets.ranks_text(older)}: the world moved on while they waited (a rank rejoined, or "
                    "another rank's process group failed)")
     return verdicts.rebuild(why) if why else verdicts.GO
 
 
-def compare_sources(records: list[dict[str, Any]]) -> str | None:
+def compare_sources(records: list[CellStart]) -> str | None:
     """Why the ranks may not run this cell (they entered it with different code), or None."""
     groups: dict[str, list[int]] = {}
     for i, rec in enumerate(records):
-        groups.setdefault(rec["hash"], []).append(i)
+        groups.setdefault(rec.hash, []).append(i)
     if len(groups) == 1:
         return None
     (first, *others) = groups.values()
     parts = []
     for ranks in others:
         diff = difflib.unified_diff(
-            records[first[0]]["code"].splitlines(), records[ranks[0]]["code"].splitlines(),
+            records[first[0]].code.splitlines(), records[ranks[0]].code.splitlines(),
             ranksets.ranks_text(first), ranksets.ranks_text(ranks), lineterm="", n=1,
         )
         parts.append("\n".join(diff))
@@ -323,8 +326,8 @@ class _CellRun:
         group if told to; why it was rebuilt, or None. A stop once every rank arrived is taken before the body."""
         world, state, turn = self.world, self.state, self.turn
         source, flags = self.source, self.flags
-        start = {"hash": hashlib.sha256(source.encode()).hexdigest(), "code": source[:MAX_SOURCE_CHARS], "pg": state,
-                 "flags": flags.compared()}
+        start = CellStart(hashlib.sha256(source.encode()).hexdigest(), source[:MAX_SOURCE_CHARS], state,
+                          flags.compared())
         try:
             opened, stopped = turn.meet(world, "cell", f"{self.label} (start)", start, flags.timeout,
                                         verdict=lambda records: start_verdict(world, records), on_missed=say)

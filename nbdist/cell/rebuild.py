@@ -143,7 +143,7 @@ def ensure(session: GroupHost) -> str | None:
         label = f"rebuilding the process group before this cell's collective (step #{n}: {why})"
         announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to "
                                            f"rebuild the process group ({why})")
-        _, stopped = step.meet(world, "rebuild", label, {}, TIMEOUTS["barrier"], on_tick=announce,
+        _, stopped = step.meet(world, "rebuild", label, None, TIMEOUTS["barrier"], on_tick=announce,
                                working=world.busy_elsewhere, on_missed=cells.say)
         step.enter(Phase.BUILDING)  # every rank arrived, and builds: so does this one, then it stops
         build(session, f"t{n}", n)

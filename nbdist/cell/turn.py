@@ -231,11 +231,12 @@ class Turn:
     def done(self) -> None:
         self.phase = Phase.DONE
 
-    def meet(self, world: World, kind: str, label: str, record: dict[str, Any], timeout: float,
+    def meet(self, world: World, kind: str, label: str, cell: records.CellStart | None, timeout: float,
              on_tick: Callable[[], None] | None = None, **kwargs: Any) -> tuple[Verdict, bool]:
         """Meet the others at this turn's step (:meth:`nbdist.world.world.World.meet`), taking held presses where
         the turn must: the verdict it opened with, and whether a stop came once every rank had arrived (the
-        caller goes as far as every rank must, a rebuild, then stops). A refusal is a CellMismatchError."""
+        caller goes as far as every rank must, a rebuild, then stops). A refusal is a CellMismatchError.
+        ``cell``: what a ``%%collective`` runs with (None for other kinds of step)."""
         assert self.step is not None, "the turn claims its step first"
         self.enter(Phase.ARRIVING)
         def tick() -> None:
@@ -244,8 +245,8 @@ class Turn:
                 on_tick()
 
         try:
-            return world.meet(self.step, kind, label, record, timeout, on_tick=tick, on_arrive=self.arrived,
-                              **kwargs), False
+            arrival = records.Arrival(kind, label, cell)
+            return world.meet(self.step, arrival, timeout, on_tick=tick, on_arrive=self.arrived, **kwargs), False
         except StoppedAfterOpen as stop:
             return stop.verdict, True
         except BarrierRefused as exc:

@@ -13,6 +13,8 @@ record                key (:mod:`.keys`)                      written by, read b
 :class:`Refusal`      ``drive/refused``                       a follower that refused a message; the driver
 :class:`Failure`      ``t/<n>/failed``,                       a step's first failure, a plain cell's
                       ``plain/failed/<k>``                    (:mod:`nbdist.cell`); every rank, the dashboard
+:class:`Arrival`      ``t/<n>/rec/<i>``                       each rank at a step's meeting; the last to
+                                                              arrive (:meth:`nbdist.world.world.World.meet`)
 ====================  ======================================  ============================================
 
 Each keeps the JSON fields the store has always held (fields it does not know are read past), so kernels of
@@ -219,3 +221,42 @@ class Failure:
         read = _Fields(value)
         return cls(rank=read.count("rank", least=WORLD), kind=read.one_of("kind", FAILURE_KINDS),
                    message=read.text("message"), unstarted=read.text("unstarted", None))
+
+
+# --- t/<n>/rec/<i>: a rank's arrival at a step's meeting --------------------------------------------
+
+STEP_KINDS = ("cell", "barrier", "rebuild")
+
+
+@dataclass(frozen=True)
+class CellStart:
+    """What a rank runs a ``%%collective`` with, for the last to arrive to compare
+    (:func:`nbdist.cell.cells.start_verdict`): its body's ``hash`` and ``code`` (cut to a size), its process
+    group's state ``pg`` (as the others judge it: :func:`nbdist.cell.rebuild.state`), and the flags every rank
+    must give alike (``Flags.compared``)."""
+
+    hash: str
+    code: str
+    pg: dict[str, Any]
+    flags: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A rank at a step's meeting: the ``kind`` of step it reached, the ``label`` that names it for people, and, for a
+    ``%%collective``, what it runs it with (``cell``; its fields come first in the JSON, as they always have)."""
+
+    kind: str
+    label: str
+    cell: CellStart | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({**({} if self.cell is None else _value(self.cell)), "kind": self.kind, "label": self.label})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Arrival:
+        read = _Fields(json_object(text))
+        kind = read.one_of("kind", STEP_KINDS)
+        cell = (CellStart(hash=read.text("hash"), code=read.text("code"), pg=read.object("pg"),
+                          flags=read.object("flags")) if kind == "cell" else None)
+        return cls(kind=kind, label=read.text("label"), cell=cell)

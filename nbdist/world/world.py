@@ -31,6 +31,7 @@ from . import keys, meeting
 from . import verdict as verdicts
 from .meeting import Cause, Leave, Next, Seen
 from .pulse import judge
+from .records import Arrival, MalformedRecord
 from .store import StoreClient
 from .verdict import Verdict
 
@@ -173,43 +174,51 @@ class World:
         return (f"{steps} went by without this rank (the last: {why}); it meets the others at step #{n}, which "
                 "every rank reaches next")
 
-    def meet(self, n: int, kind: str, label: str, record: dict[str, Any], timeout: float,
-             verdict: Callable[[list[dict[str, Any]]], Verdict] | None = None,
+    def meet(self, n: int, arrival: Arrival, timeout: float,
+             verdict: Callable[[list[Arrival]], Verdict] | None = None,
              on_tick: Callable[[], None] | None = None,
              working: Callable[[int, dict[str, Any]], bool] | None = None,
              on_missed: Callable[[str], None] | None = None,
              on_arrive: Callable[[], None] | None = None) -> Verdict:
         """Meet every rank at step ``n``; returns the verdict it opened with (see :meth:`barrier`).
 
-        ``kind`` says what the step is ("cell", "barrier", "rebuild"): ranks that reach
-        different kinds of step ran different cells, and are refused alike, each named
-        with its ``label``. Where the kinds agree, ``verdict`` decides from every rank's
-        ``record`` (in rank order), as the last rank to arrive reads them. ``on_missed``
-        is told, before the wait, of steps the world took without this rank (see :meth:`missed`);
-        ``on_arrive``, once its record is in and just before it is counted in (it may raise: then
-        nothing closes the meeting here, and the caller does).
+        ``arrival`` says what step this rank reached (its kind: "cell", "barrier", "rebuild", and its label):
+        ranks that reach different kinds of step ran different cells, and are refused alike, each named
+        with its label. Where the kinds agree, ``verdict`` decides from every rank's arrival (in rank order),
+        as the last rank to arrive reads them. ``on_missed`` is told, before the wait, of steps the world
+        took without this rank (see :meth:`missed`); ``on_arrive``, once its record is in and just before
+        it is counted in (it may raise: then nothing closes the meeting here, and the caller does).
         """
         name = step_name(n)
         missed = self.missed(n)
         if missed is not None and on_missed is not None:
             on_missed(missed)
         self.last_turn = n
-        self.client.set_json(self.key(keys.record(name, self.rank)), {**record, "kind": kind, "label": label})
+        self.client.set(self.key(keys.record(name, self.rank)), arrival.to_json())
 
         def decide() -> Verdict:
-            names = [self.key(keys.record(name, i)) for i in range(self.world_size)]
-            records = [json.loads(t) for t in self.client.multi_get(names)]
-            if len({rec["kind"] for rec in records}) > 1:
+            texts = self.client.multi_get([self.key(keys.record(name, i)) for i in range(self.world_size)])
+            arrivals, malformed = [], dict[str, list[int]]()
+            for i, text in enumerate(texts):
+                try:
+                    arrivals.append(Arrival.from_json(text))
+                except MalformedRecord as exc:  # anyone who reaches the port can write there
+                    malformed.setdefault(f"not nbdist's: {exc}", []).append(i)
+            if malformed:
+                return verdicts.refused(f"the records of this step are not all nbdist's ({who_said(malformed)}); "
+                                        "nothing ran. Run the next cell on every rank")
+            if len({a.kind for a in arrivals}) > 1:
                 steps: dict[str, list[int]] = {}
-                for i, rec in enumerate(records):
-                    steps.setdefault(rec["label"], []).append(i)
+                for i, a in enumerate(arrivals):
+                    steps.setdefault(a.label, []).append(i)
                 return verdicts.refused(f"the ranks reached different steps ({who_said(steps)}); nothing ran. "
                                         "Run the same cell in every notebook")
-            return verdict(records) if verdict is not None else verdicts.GO
+            return verdict(arrivals) if verdict is not None else verdicts.GO
 
         if on_arrive is not None:
             on_arrive()  # this rank is counted in next: what raises here leaves the meeting as it was
-        return self.barrier(keys.arrival(n), timeout, label, on_tick=on_tick, verdict=decide, working=working, turn=n)
+        return self.barrier(keys.arrival(n), timeout, arrival.label, on_tick=on_tick, verdict=decide, working=working,
+                            turn=n)
 
     # --- activity and health ----------------------------------------------
     def note(self, what: str, **extra: Any) -> None:

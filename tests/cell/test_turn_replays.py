@@ -22,6 +22,7 @@ from nbdist.cell.turn import Turn
 from nbdist.errors import PeerFailedError
 from nbdist.session import Session
 from nbdist.world import verdict as verdicts
+from nbdist.world.records import Arrival, CellStart
 from nbdist.world.store import Server, StoreClient, connect
 from nbdist.world.world import World, step_name
 
@@ -86,10 +87,10 @@ def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
     return thread, box
 
 
-def record(source: str, state: dict[str, Any]) -> dict[str, Any]:
+def record(source: str, state: dict[str, Any]) -> Arrival:
     """A rank's record at a cell's meeting, as nbdist.cell.cells builds it."""
-    return {"hash": hashlib.sha256(source.encode()).hexdigest(), "code": source, "pg": state,
-            "flags": cells.Flags(WAIT).compared()}
+    start = CellStart(hashlib.sha256(source.encode()).hexdigest(), source, state, cells.Flags(WAIT).compared())
+    return Arrival("cell", "%%collective (start)", start)
 
 
 def run_cell(world: World, step: int, state: dict[str, Any], rebuilt: list[int]) -> cells.Outcome:
@@ -119,7 +120,7 @@ def test_f2_a_stop_just_after_a_rebuild_step_opened_builds_first_then_stops(pair
     waiting, stopped = pair
     n = stopped.turn()
     unbuilt = {"ok": False, "why": "it has no process group yet"}
-    met, box = in_thread(lambda: waiting.meet(n, "cell", "%%collective (start)", record(BODY, unbuilt), WAIT))
+    met, box = in_thread(lambda: waiting.meet(n, record(BODY, unbuilt), WAIT))
     # Counted in, not merely recorded: the stopped rank must be the last to arrive, which decides the rebuild.
     while waiting.client.add(waiting.key(f"{step_name(n)}/in/n"), 0) < 1:
         met.join(0.01)
@@ -138,7 +139,7 @@ def test_f3_a_stop_in_dist_barrier_before_its_wait_closes_its_step(pair):
     """The stop lands as %dist_barrier reads its step: the rank waiting there fails at once, naming it."""
     waiting, stopped = pair
     n = waiting.turn()
-    met, box = in_thread(lambda: waiting.meet(n, "barrier", f"%dist_barrier #{n}", {}, WAIT))
+    met, box = in_thread(lambda: waiting.meet(n, Arrival("barrier", f"%dist_barrier #{n}"), WAIT))
     session = Session(None)
     session.world = stopped
     stopped.client = PressInside(stopped.client, "add", "/turn")

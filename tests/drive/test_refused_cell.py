@@ -11,6 +11,7 @@ from nbdist.cell import turn
 from nbdist.errors import PeerFailedError
 from nbdist.world import keys
 from nbdist.world import verdict as verdicts
+from nbdist.world.records import Arrival, CellStart
 from nbdist.world.world import World, step_name
 
 WAIT = 60.0  # the driver's --timeout: a refusal that closes nothing leaves it waiting this long
@@ -32,7 +33,8 @@ def test_the_driver_waiting_at_the_refused_cells_step_is_told_why(pair):
 
     def meet() -> None:
         try:
-            driver.meet(n, "cell", f"%%collective #{n} (start)", {}, WAIT)
+            start = CellStart("h", "x = 1", {"ok": True}, {})
+            driver.meet(n, Arrival("cell", f"%%collective #{n} (start)", start), WAIT)
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
             box["error"] = exc
 

@@ -117,3 +117,30 @@ def test_every_kind_of_failure_nbdist_publishes_reads_and_one_of_the_world_has_n
         assert Failure.from_json(json.dumps({**FAILURE, "kind": kind})).kind == kind
     assert Failure.from_json(json.dumps({**FAILURE, "rank": records.WORLD, "kind": "lost"})).rank == -1
     assert Failure.read(None) is None
+
+
+def test_an_arrival_is_stored_as_the_meeting_record_always_was():
+    """A cell's fields first, then its kind and label (what kernels of the version before write and read)."""
+    start = records.CellStart("ab12", "x = 1\n", {"ok": True, "gen": 0}, {"no_check": False, "ranks": None})
+    cell = records.Arrival("cell", "%%collective #3 (start)", start)
+    assert cell.to_json() == json.dumps({"hash": "ab12", "code": "x = 1\n", "pg": {"ok": True, "gen": 0},
+                                         "flags": {"no_check": False, "ranks": None}, "kind": "cell",
+                                         "label": "%%collective #3 (start)"})
+    barrier = records.Arrival("barrier", "%dist_barrier #4")
+    assert barrier.to_json() == json.dumps({"kind": "barrier", "label": "%dist_barrier #4"})
+    for arrival in (cell, barrier, records.Arrival("rebuild", "rebuilding the process group")):
+        assert records.Arrival.from_json(arrival.to_json()) == arrival
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ('{"kind": "barrier"}', "it has no 'label'"),
+    ('{"kind": "cell!", "label": "x"}', "its 'kind' is \"cell!\", not one of cell, barrier, rebuild"),
+    ('{"kind": "cell", "label": "x", "hash": "h", "code": "c", "pg": [], "flags": {}}',
+     "its 'pg' is [], not a JSON object"),
+    ('{"kind": "cell", "label": "x", "code": "c", "pg": {}, "flags": {}}', "it has no 'hash'"),
+    ("[1]", "not a JSON object"),
+])
+def test_a_malformed_arrival_is_refused_with_its_why(text, why):
+    with pytest.raises(MalformedRecord) as caught:
+        records.Arrival.from_json(text)
+    assert str(caught.value) == why
