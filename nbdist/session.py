@@ -389,19 +389,15 @@ class Session:
         nbdist's code (a typo in its flags) closes that step, and this rank, arriving after, fails at once
         with the reason instead of waiting at the step after it.
         """
-        self.turn.begin()
         late = self.prestart.started()
         stops = self.turn.stops
+        raw = getattr(info, "raw_cell", "") or ""
         # A press while this runs would raise inside IPython's event loop, which swallows it: hold it for the cell.
         with stops.held(take=False):
+            self.turn.cell_began(self.world, raw)
             if self.world is not None:
-                if (getattr(info, "raw_cell", "") or "").lstrip().startswith("%%collective"):
-                    try:
-                        self.turn.claim(self.world.turn())
-                    except StoreConnectionError:  # the cell itself will say so
-                        pass
                 self.stopper.arm()
-                self.plain.begin(getattr(info, "raw_cell", "") or "")  # a plain cell is watched from its start
+                self.plain.begin(raw)  # a plain cell is watched from its start
                 if self.guard is not None:
                     self.guard.new_cell()
                     self.guard.running = True

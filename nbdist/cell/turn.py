@@ -99,8 +99,12 @@ class CellEnded:
 
     @classmethod
     def of(cls, raw: str, error: BaseException | None) -> CellEnded:
-        text = raw.lstrip()
-        return cls(text.startswith("%%collective"), error, text.partition("\n")[2])
+        return cls(is_collective(raw), error, raw.lstrip().partition("\n")[2])
+
+
+def is_collective(raw: str) -> bool:
+    """Whether a cell's text is a ``%%collective`` (which claims its step as it begins)."""
+    return raw.lstrip().startswith("%%collective")
 
 
 @dataclass(frozen=True)
@@ -268,6 +272,18 @@ class Turn:
             except StoreConnectionError as lost:
                 exc.add_note(f"(the other ranks could not be told: {lost})")
             raise
+
+    def cell_began(self, world: World | None, raw: str) -> None:
+        """IPython's ``pre_run_cell``: a cell of the user's begins; a ``%%collective`` claims the world's next step
+        now, so that a rank whose same cell fails before nbdist's code (a typo in its flags) closes that step, and
+        this rank, arriving after, fails at once with the reason instead of waiting at the step after it."""
+        self.begin()
+        if world is None or not is_collective(raw):
+            return
+        try:
+            self.claim(world.turn())
+        except StoreConnectionError:  # the cell itself will say so
+            return
 
     def cell_ended(self, world: World, event: CellEnded, catch_up: Callable[[], object]) -> None:
         """IPython's ``post_run_cell``: a ``%%collective`` stopped before its turn still takes it, closed
