@@ -46,6 +46,11 @@ def test_torchrun_starts_two_followers_that_a_notebook_drives_until_it_releases_
         r = driver.execute(f"%dist_init --rank 0 --world-size 3 --master-addr 127.0.0.1 --master-port {port} "
                            f"--token {TOKEN}", timeout=120)
         assert r.status == "ok", r.error
+        # Before any cell was driven, the followers already run only the driver's cells: a plain cell's collective
+        # is refused at once (it waited for them until torch's group timeout).
+        r = driver.execute("t = torch.ones(1); dist.all_reduce(t)", timeout=60)
+        assert r.status == "error" and r.error["ename"] == "DriveError", r.error
+        assert r.error["evalue"].startswith("other ranks of this world are `nbdist follow` processes"), r.error
         r = driver.execute("%%collective\nt = torch.tensor([RANK + 1.0]); dist.all_reduce(t)\n"
                            "print(f'rank {RANK} of {WORLD_SIZE} local {LOCAL_RANK}: {t.item()}')", timeout=60)
         assert r.status == "ok", r.error

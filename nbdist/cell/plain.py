@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 DRIVING = ("this notebook drives the world, and its followers run only %%collective cells: a collective in a "
            "plain cell would wait for them forever. Put it in a %%collective cell, or run %dist_release first")
+FOLLOWING = ("other ranks of this world are `nbdist follow` processes, which run only a driving notebook's "
+             "%%collective cells: a collective in a plain cell would wait for them forever. Put it in a %%collective "
+             "cell (this notebook then drives them)")
 
 
 def watched(raw: str) -> bool:
@@ -76,7 +79,9 @@ class PlainNet:
 
     def _refusal(self) -> DriveError | None:
         s = self.session
-        return DriveError(DRIVING) if s.world is not None and s.drive.has_followers(s.world) else None
+        if s.world is None or not s.drive.has_followers(s.world):
+            return None
+        return DriveError(DRIVING if s.drive.holding else FOLLOWING)
 
     def begin(self, raw: str) -> None:
         """A cell of the user begins: a plain one in a formed world is watched from now (the stop button)."""
@@ -84,7 +89,8 @@ class PlainNet:
         if (s.world is None or s.watch_client is None or self.watch is not None or s.process != "kernel"
                 or not watched(raw) or threading.current_thread() is not threading.main_thread()):
             return
-        self._start(plain_since=None, since=Since(), refuse=self._refusal if s.drive.holding else None)
+        driven = s.drive.holding or s.drive.has_followers(s.world)  # may drive a collective that torch's code starts
+        self._start(plain_since=None, since=Since(), refuse=self._refusal if driven else None)
 
     def _start(self, **kwargs: Any) -> CellWatch:
         s = self.session

@@ -105,8 +105,9 @@ class Drive:
         self.publish(world, secret, kind, source, flags or {}, step)
 
     def has_followers(self, world: World) -> bool:
-        """Whether this notebook drives ``world`` and some rank follows it now."""
-        return self.holding and followers(world) > 0
+        """Whether some other rank of ``world`` runs only a driver's cells now: one that follows this notebook, or
+        an ``nbdist follow`` process (it follows from the moment it joined, before any cell was driven)."""
+        return (self.holding and followers(world) > 0) or bool(follow_processes(world))
 
     def take(self, world: World) -> None:
         """Hold the drive of ``world`` (raise :class:`DriveError` if a live notebook holds it)."""
