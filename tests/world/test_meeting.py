@@ -64,14 +64,8 @@ def test_a_rank_at_work_keeps_the_wait_going_one_recheck_at_a_time():
 
 
 @pytest.mark.parametrize(("cause", "found", "leave"), [
-    # The close found its own words (or the store was gone): the wait ends with what ended it.
-    (Cause.STOP, CLOSED, Leave.RAISE),
-    (Cause.DEADLINE, CLOSED, Leave.RAISE),
-    (Cause.ERROR, CLOSED, Leave.RAISE),
-    (Cause.STOP, None, Leave.RAISE),
-    (Cause.DEADLINE, None, Leave.RAISE),
-    (Cause.ERROR, None, Leave.RAISE),
-    (Cause.DEADLINE, REFUSED, Leave.RAISE),
+    # The close found its own words, or a refusal (or the store was gone): the wait ends with what ended it.
+    *[(cause, found, Leave.RAISE) for cause in Cause for found in (CLOSED, REFUSED, None)],
     # It opened just before: the others go on, and so does a rank that merely ran out of time.
     (Cause.DEADLINE, GO, Leave.GO_ON),
     (Cause.DEADLINE, REBUILD, Leave.GO_ON),
