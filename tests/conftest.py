@@ -380,6 +380,22 @@ def fresh_shared_kernel(request: pytest.FixtureRequest) -> Iterator[None]:
     restore_kernel_state(kernel, baseline, reload_nbdist=True)
 
 
+@pytest.fixture(scope="session")
+def example_runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Any]:
+    """``nbdist run`` of an example notebook, once per session for every test that reads it
+    (:func:`tests.exported.example_run`); the runs leave no kernel behind, only files."""
+    from .exported import ExampleRun, example_run
+
+    runs: dict[str, ExampleRun] = {}
+
+    def get(name: str) -> ExampleRun:
+        if name not in runs:  # a run that failed is not kept: the next test that asks runs it again
+            runs[name] = example_run(name, tmp_path_factory.mktemp(name))
+        return runs[name]
+
+    return get
+
+
 # One two-node Slurm cluster for the whole session, for every module that asks for it (tests/slurm.py imports
 # this module's helpers, so it comes last).
 from .slurm import slurm_cluster as slurm_cluster  # noqa: E402

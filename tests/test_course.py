@@ -1,7 +1,9 @@
-"""The course (examples/course/): the generator's output, cells that run both ways, and one lesson run for real.
+"""The course (examples/course/): the generator's output, cells that run both ways, and two lessons run for real.
 
 CI runs every lesson through ``nbdist run`` on 2 and 4 ranks, as per-rank notebooks and with
-``--spawn`` (examples/run_examples.sh); here one lesson runs in one kernel that drives a worker.
+``--spawn`` (examples/run_examples.sh); here the collectives and DDP lessons, run in one kernel that drives a
+worker (``nbdist run --spawn``, once per session: tests/test_export.py compares the same runs with their
+scripts), are checked cell by cell.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from .conftest import as_generated
+from .exported import EXACT
 
 COURSE = Path(__file__).resolve().parents[1] / "examples" / "course"
 LESSONS = sorted(COURSE.glob("*.ipynb"))
@@ -68,14 +70,9 @@ def _outputs_text(cell: nbformat.NotebookNode) -> str:
     return "\n".join(parts)
 
 
-@pytest.mark.timeout(240)
-def test_the_collectives_lesson_runs_driven_from_one_kernel_with_pictures_in_every_column(tmp_path: Path) -> None:
-    nb = nbformat.read(COURSE / "2_collectives.ipynb", as_version=4)
-    from .conftest import free_port
-
-    (init,) = [c for c in nb.cells if c.id == "dist-init"]
-    init.source = f"%%dist_init --master-port {free_port()}"
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+@pytest.mark.timeout(300)  # the run itself, for the first test of the session that asks for it
+def test_the_collectives_lesson_runs_driven_from_one_kernel_with_pictures_in_every_column(example_runs) -> None:
+    nb = example_runs("2_collectives").notebook("2_collectives")
     cells = {c.id: c for c in nb.cells if c.cell_type == "code"}
     assert "this notebook drives its workers" in _outputs_text(cells["dist-init"])
     for check in [k for k in cells if k.endswith("-check")]:
@@ -89,23 +86,16 @@ def test_the_collectives_lesson_runs_driven_from_one_kernel_with_pictures_in_eve
 
 
 @pytest.mark.timeout(300)
-def test_the_ddp_lesson_driven_from_one_kernel_gives_plain_torchs_weights_bit_for_bit(tmp_path: Path) -> None:
+def test_the_ddp_lesson_driven_from_one_kernel_gives_plain_torchs_weights_bit_for_bit(example_runs) -> None:
     from nbdist.measure import plain_torch
 
-    from .conftest import free_port
-
-    nb = nbformat.read(COURSE / "3_ddp.ipynb", as_version=4)
+    nb = example_runs("3_ddp").notebook("3_ddp")  # with a cell "exact" after steps-check, showing EXACT
     cells = {c.id: c for c in nb.cells if c.cell_type == "code"}
-    cells["dist-init"].source = f"%%dist_init --master-port {free_port()}"
-    exact = "sum(p.detach().double().sum().item() for p in model.parameters())"
-    at = nb.cells.index(cells["steps-check"]) + 1
-    nb.cells.insert(at, nbformat.v4.new_code_cell(f"%%collective\n{exact}", id="exact"))
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     assert "bit for bit" in _outputs_text(cells["steps-check"]), _outputs_text(cells["steps-check"])
-    shown = "".join(o.get("data", {}).get("text/plain", "") for o in nb.cells[at].outputs)
+    shown = "".join(o.get("data", {}).get("text/plain", "") for o in cells["exact"].outputs)
     assert "all 2 ranks (identical)" in shown, shown
     checksum = float(shown.rsplit("Out: ", 1)[1].split()[0])
     # The same cells in plain torch (two gloo processes, no nbdist), in this environment.
     body = "\n".join(cells[c].source.split("\n", 1)[1] for c in ("model", "grads", "steps"))
-    (mine, other) = plain_torch.run("import nbdist\n" + body + f"\n_exact = {exact}\n", 2, ("_exact",))
+    (mine, other) = plain_torch.run("import nbdist\n" + body + f"\n_exact = {EXACT}\n", 2, ("_exact",))
     assert mine["_exact"] == other["_exact"] == checksum, (mine, other, checksum)

@@ -165,14 +165,9 @@ def test_the_one_notebook_walkthrough_is_the_generators_output(tmp_path: Path) -
     assert one == two and len(one) == 4
 
 
-@pytest.mark.timeout(240)
-def test_the_one_notebook_walkthrough_runs_both_ranks_and_leaves_no_worker(tmp_path: Path) -> None:
-    nb = nbformat.read(ONE / "walkthrough.ipynb", as_version=4)
-    port = free_port()  # never the real 29500
-    _cell(nb, "dist-init").source = f"%dist_init --spawn 2 --master-port {port}"
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
+@pytest.mark.timeout(300)
+def test_the_one_notebook_walkthrough_runs_both_ranks_and_leaves_no_worker(example_runs) -> None:
+    nb = example_runs("walkthrough").notebook("walkthrough")  # nbdist run, once per session (tests/exported.py)
     _check_table(_table(_cell(nb, "allreduce")), 2, "[Rank {rank}] AllReduce result: 1.0", r"1\.0")
     _check_table(_table(_cell(nb, "allgather")), 2, "[Rank {rank}] AllGather result: [0.0, 10.0]",
                  re.escape("[0.0, 10.0]"))

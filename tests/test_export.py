@@ -2,7 +2,8 @@
 
 Each example notebook runs through ``nbdist run`` (real kernels) and as its script under ``torchrun
 --standalone`` (``nbdist export --run 2``); the per-rank printed lines, pictures and Out rows must be equal,
-line for line, the DDP weight checksum included (tests/exported.py).
+line for line, the DDP weight checksum included (tests/exported.py). The notebook runs are shared with
+tests/test_examples.py and tests/test_course.py (the ``example_runs`` fixture).
 """
 
 from __future__ import annotations
@@ -14,9 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from .exported import notebook_values, script_values
+from .exported import EXAMPLES, script_values
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 COURSE = sorted((EXAMPLES / "course").glob("*.ipynb"))
 
 
@@ -30,27 +30,26 @@ def _equal(notebook: dict[int, list[str]], script: dict[int, list[str]], *expect
 
 
 @pytest.mark.timeout(300)
-def test_the_one_notebook_walkthrough_gives_the_same_values_as_its_script_under_torchrun(tmp_path: Path) -> None:
-    path = EXAMPLES / "one_notebook" / "walkthrough.ipynb"
-    notebook = notebook_values([path], tmp_path)  # its own %dist_init --spawn 2
-    script, _ = script_values(path)
+def test_the_one_notebook_walkthrough_gives_the_same_values_as_its_script_under_torchrun(example_runs) -> None:
+    notebook = example_runs("walkthrough").values  # its own %dist_init --spawn 2
+    script, _ = script_values(EXAMPLES / "one_notebook" / "walkthrough.ipynb")
     _equal(notebook, script, "AllReduce result: 1.0", "'weight checksum'", "'same weights': True")
 
 
 @pytest.mark.timeout(300)
 def test_the_two_notebooks_give_the_same_values_as_rank0s_script_with_rank_and_master_from_torchrun(
-        tmp_path: Path) -> None:
-    folder = EXAMPLES / "two_notebooks"
-    notebook = notebook_values([folder / "rank0.ipynb", folder / "rank1.ipynb"], tmp_path)
-    script, _ = script_values(folder / "rank0.ipynb")  # RANK = 0 in its body gives way to torchrun's RANK
+        example_runs) -> None:
+    notebook = example_runs("two_notebooks").values
+    # RANK = 0 in its body gives way to torchrun's RANK
+    script, _ = script_values(EXAMPLES / "two_notebooks" / "rank0.ipynb")
     _equal(notebook, script, "[Rank 0] AllReduce result: 1.0", "'weight checksum'")
     assert any("[Rank 1]" in line for line in script[1])
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("lesson", COURSE, ids=lambda p: p.stem)
-def test_every_course_lesson_gives_the_same_values_as_its_script(lesson: Path, tmp_path: Path) -> None:
-    notebook = notebook_values([lesson], tmp_path, "--world-size", "2", "--spawn")
+def test_every_course_lesson_gives_the_same_values_as_its_script(lesson: Path, example_runs) -> None:
+    notebook = example_runs(lesson.stem).values  # nbdist run --world-size 2 --spawn
     script, _ = script_values(lesson)
     expected = {"3_ddp": ["weights: checksum", "gradient checksum"], "4_debugging": ["Out: 'the world still works'"],
                 "2_collectives": ["all_reduce"], "1_point_to_point": []}[lesson.stem]

@@ -301,12 +301,13 @@ def test_a_master_port_held_by_another_program_names_it(start_kernels, port, rec
 
 @pytest.mark.timeout(120)
 def test_a_non_nbdist_service_on_the_port_is_refused_clearly(start_kernels, port, record_fault):
+    # --timeout 5 bounds the handshake that never comes (15 s by default, as the test above shows for that path).
     answer = "while True:\n    c, _ = s.accept(); c.sendall(b'HTTP/1.0 400 Bad Request\\r\\n\\r\\n'); c.close()"
     with listener(port, answer):
         (k,) = start_kernels(1)
         t0 = time.monotonic()
-        r = k.execute(init_line(1, 2, port), timeout=90)
-        record_fault("a non-nbdist service on the port", time.monotonic() - t0)
+        r = k.execute(init_line(1, 2, port, "--timeout 5"), timeout=90)
+        record_fault("a non-nbdist service on the port, --timeout 5", time.monotonic() - t0)
         assert time.monotonic() - t0 < 25
         assert r.status == "error" and r.error["ename"] == "NotNbdistServerError", r.error
         assert "another --master-port" in r.error["evalue"]

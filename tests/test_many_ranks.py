@@ -1,19 +1,26 @@
 """Many ranks at a glance, on real kernels: 8 ranks (--spawn 8) grouped by their output, and one 16-rank world.
 
-One 8-rank world serves the module (its cells run one after another); the 16-rank one is formed once, for
-one test. What the tables say is read from the HTML and the text form each cell displays.
+One 8-rank world serves the module (its cells run one after another), also for the 8-rank case of
+tests/test_hang_report.py; the 16-rank one is formed once, for one test. What the tables say is read from
+the HTML and the text form each cell displays.
 """
 
 from __future__ import annotations
 
+import ast
 import re
+import subprocess
+import sys
+import time
 
 import pytest
 
 from nbdist.drive import kernels
 from nbdist.ranksets import parse
 
-from .conftest import free_port
+from .conftest import free_port, ok, run_in_background
+from .test_hang_report import DDP, NEXT, skips_backward
+from .test_hang_report import text as unstyled
 
 HEADING = re.compile(r'<th style="[^"]*" title="([^"]*)">([^<]*)</th>')
 
@@ -99,6 +106,42 @@ def test_a_rank_that_skips_a_collective_is_shown_apart_from_those_waiting_in_it(
     apart = re.search(r"at cell line 7 \(not moving\): rank 6, which has not reached all_reduce #1", live)
     assert waits and apart, live[-3000:]
     assert eight.execute("%%collective\nprint('after')\n", timeout=120).status == "ok"
+
+
+@pytest.mark.timeout(400)
+def test_at_8_ranks_max_time_ends_a_ddp_backward_hang_naming_the_collective_group_and_missing_rank(eight):
+    """tests/test_hang_report.py's case at 8 ranks: a DDP model on every rank, rank 7 skips its backward."""
+    k = eight
+    session = "get_ipython().magics_manager.registry['DistMagics'].session"
+    port, token = ast.literal_eval(k.execute("", user_expressions={
+        "v": f"({session}.config.master_port, {session}.config.token)"}).expression("v"))
+    ok([k.execute(DDP, timeout=120)])
+    thread, box = run_in_background(k, skips_backward(7, 90, "--max-time 20"), timeout=300)
+    report = ""
+    for _ in range(60):  # nbdist where in a terminal, while it hangs
+        done = subprocess.run([sys.executable, "-m", "nbdist.cli", "where", "--master-addr", "127.0.0.1",
+                               "--master-port", str(port), "--token", token],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        report = done.stdout
+        if "rank 7 missing" in report or "r" in box:
+            break
+        time.sleep(1)
+    assert re.search(r"the default group: all_reduce #\d+ .*ranks 0-6 entered, rank 7 missing", report), report
+    assert "8 answered" in report, report
+    assert "├─ all but rank 7" in report and "cell line 5: loss.backward()" in report, report
+    assert "└─ rank 7" in report and "cell line 7: time.sleep(90)" in report, report
+
+    thread.join(300)
+    r = box["r"]
+    shown = unstyled(r)
+    assert r.status == "error" and r.error["ename"] == "MaxTimeError", r.error
+    where = shown[shown.find("nbdist: where every rank was"):]
+    assert where, shown
+    assert re.search(r"the default group: all_reduce #\d+ .*ranks 0-6 entered, rank 7 missing", where), where
+    assert "cell line 7: time.sleep(90)" in where, where
+    assert "3.0" not in shown
+    assert "8.0" in unstyled(ok([k.execute(NEXT, timeout=180)])[0])  # the group was rebuilt: the next cell works
 
 
 def test_sixteen_ranks_group_in_the_table_the_status_and_the_dashboard():

@@ -239,7 +239,7 @@ SKIP = {
                              "button_ends_it runs it",
     r"%%collective --no-check": "tests/test_where.py::test_a_hang_in_all_reduce_is_named_by_collective_group_and_"
                                 "missing_rank_and_the_stop_button_ends_it runs it (rank 1 skips an all_reduce)",
-    r"%%collective --max-time 20": "tests/test_hang_report.py::test_at_8_ranks_max_time_ends_a_ddp_backward_hang_"
+    r"%%collective --max-time 20": "tests/test_many_ranks.py::test_at_8_ranks_max_time_ends_a_ddp_backward_hang_"
                                    "naming_the_collective_group_and_missing_rank runs it (rank 7 sleeps)",
     r"pip install 'nbdist\[debug\]'": "installs py-spy from the network; the extra is checked to exist, and the "
                                        "test extra brings py-spy",

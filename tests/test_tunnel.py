@@ -182,7 +182,7 @@ def test_a_users_own_interface_wins_and_loopback_behind_a_tunnel_cannot_form_the
     forward(b, "127.0.0.1", port, a.addr, port)
     ka, kb = two_hosts.start_kernels()
     _load([ka, kb])
-    line = f"%%dist_init --world-size 2 --master-port {port} --timeout 60 --pg-timeout 10"
+    line = f"%%dist_init --world-size 2 --master-port {port} --timeout 60 --pg-timeout 5"
     t0 = time.monotonic()
     results = _init_rank_0_first(ka, kb, (f"{line} --rank 0 --master-addr {a.addr}",
                                           f"{line} --rank 1 --master-addr 127.0.0.1 --env GLOO_SOCKET_IFNAME=lo"),
@@ -192,7 +192,7 @@ def test_a_users_own_interface_wins_and_loopback_behind_a_tunnel_cannot_form_the
     ra, rb = results
     assert ra.status == "error" and "Connection refused" in ra.error["evalue"], ra.error  # A dialled its own lo
     assert "remote=[127.0.0.1]" in ra.error["evalue"], ra.error
-    assert rb.status == "error" and "initialising the process group took longer than 10 s" in rb.error["evalue"]
+    assert rb.status == "error" and "initialising the process group took longer than 5 s" in rb.error["evalue"]
     assert seconds < 30, f"{seconds:.1f} s"
 
 

@@ -393,10 +393,10 @@ class StoreClient:
         return None if text is None else json.loads(text)
 
     # --- waiting ----------------------------------------------------------
-    def clone(self, op_timeout: float = OP_TIMEOUT) -> StoreClient:
-        """A second connection to the same server (for another thread)."""
+    def clone(self, op_timeout: float | None = None) -> StoreClient:
+        """A second connection to the same server (for another thread); ``op_timeout`` defaults to ``OP_TIMEOUT``."""
         store = self._call("clone", self._store.clone)
-        store.set_timeout(timedelta(seconds=op_timeout))
+        store.set_timeout(timedelta(seconds=OP_TIMEOUT if op_timeout is None else op_timeout))
         bound_connections(self.host, self.port)
         return StoreClient(self.host, self.port, store)
 
