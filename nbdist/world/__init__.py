@@ -1,10 +1,11 @@
 """The world: joining, the rendezvous store, liveness and signing.
 
 Owns the rendezvous server and its clients (``store``, ``auth``), every key
-kept in the store (``keys``) and the records kept under them, typed and validated where read (``records``), rounds and
-joining (``rendezvous``, ``reach``), a formed world's barriers and peer checks
-(``world``) and what a meeting decided (``verdict``), heartbeats (``heartbeat``, ``pulse``), signed messages
-(``signing``) and this host's network facts (``netinfo``).
+kept in the store (``keys``) and the records kept under them, typed and validated where
+read (``records``), rounds and joining (``rendezvous``, ``reach``), a formed world's
+barriers and peer checks (``world``), what a rank at a meeting does next (``meeting``)
+and what a meeting decided (``verdict``), heartbeats (``heartbeat``, ``pulse``), signed
+messages (``signing``) and this host's network facts (``netinfo``).
 
 May import: ``nbdist.errors``, ``nbdist.config``, ``nbdist.ranksets``. It knows nothing of cells,
 backends, views or drivers.
