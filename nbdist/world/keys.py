@@ -35,7 +35,8 @@ A round (``r/<r>/`` + the names below)::
     t/<n>/fp/<group>/<seq>/...    a meeting per compared collective
     t/<n>/out/<i>, out/n, out/state
                                   rank i's capture; the cell's end meeting (its verdict says what the last to
-                                  arrive found in every capture: :mod:`nbdist.cell.ending`)
+                                  arrive found in every capture: :mod:`nbdist.cell.ending`); out/n also counts
+                                  the ranks whose capture is in (:func:`ended`)
     t/<n>/live/<i>                rank i's part of the live table
     t/<n>/init/<k>/<i>            rank i rebuilt the group in the body (the notebook's own init_process_group)
     where/asks, where/<k>/ask, where/<k>/rank/<i>, where/<k>/answered
@@ -196,6 +197,12 @@ def ending(cell: str) -> str:
 
 def out(cell: str, i: int) -> str:
     return f"{cell}/out/{i}"
+
+
+def ended(cell: str) -> str:
+    """How many ranks ended ``cell``'s body: the arrivals at its end meeting, each of which published its
+    capture (:func:`out`) before it arrived."""
+    return arrivals(ending(cell))
 
 
 def live(cell: str, i: int) -> str:
