@@ -134,7 +134,9 @@ class LiveTable:
         if not self._listed:  # listed after its part is in: a reader reads listed parts only, all at once
             world.client.append(world.key(keys.live_ranks(self.cell)), f"{world.rank},")
             self._listed = True
-        world.client.add(world.key(keys.live_count(self.cell)), 1)
+        count = world.client.add(world.key(keys.live_count(self.cell)), 1)
+        if count == self._count + 1:  # nobody else published since this notebook last read theirs: nothing to read
+            self._count = count
 
     def _read_others(self) -> dict[int, dict[str, Any]]:
         """The other ranks' parts: read again only when the count of parts published moved since the last look."""
