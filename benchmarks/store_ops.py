@@ -30,10 +30,24 @@ beats are not counted). It prints, per N, rank 0 (the driving notebook) and the 
 over them) in ops per cell and bytes (sent + received) per cell, the top operation kinds, then one table
 for every N and which figures grow with N. It writes ``docs/figures/store_ops.json`` and ``.md``.
 
+``--waiting S`` measures instead what a rank spends while it *waits* (the cells phase and the figures are
+left out): per N, two kinds of cell whose rank 0 sleeps ``S`` seconds in its body while the others wait,
+
+  - "end": ``if RANK == 0: time.sleep(S)``, so the workers wait at the cell's end;
+  - "collective": the same, then ``dist.all_reduce`` on every rank, so the workers wait in the collective
+    (its comparison, :mod:`nbdist.cell.fingerprint`);
+
+each run once with the sleep and once without it, between two snapshot cells as above. Per rank, ops per
+second of waiting = (ops with the sleep - ops without it) / (seconds with it - seconds without it): the
+cells' own traffic cancels out, the background (heartbeat, watcher, live table) stays in, as a waiting
+rank spends it. It prints rank 0 (the sleeper, which also draws the live table) and the workers (median,
+max), and writes no figures.
+
 Run from the repository root::
 
     .venv/bin/python benchmarks/store_ops.py
     .venv/bin/python benchmarks/store_ops.py --world-sizes 2 4 --cells 100
+    .venv/bin/python benchmarks/store_ops.py --waiting 3
 
 Exits 0 when every world size was measured, 1 when one failed (its error is printed; the others are
 still measured, and no figures are written).
@@ -66,14 +80,22 @@ import json as _so_json
 with open(f"{directory}/{phase}-{{RANK}}.json", "w") as _so_file:
     _so_json.dump({{"rank": RANK, "size": WORLD_SIZE, "seconds": _so_t1 - _so_t0,
                    "moved": _so_store.StoreCounts.delta(_so_before, _so_after)}}, _so_file)"""
+# --waiting: cells whose rank 0 sleeps while the others wait at the end, or in a collective.
+WAITING = {
+    "end": "%%collective\nimport time as _so_time\nif RANK == 0:\n    _so_time.sleep({seconds})",
+    "collective": "%%collective\nimport time as _so_time, torch as _so_torch, torch.distributed as _so_dist\n"
+                  "if RANK == 0:\n    _so_time.sleep({seconds})\n_so_dist.all_reduce(_so_torch.ones(1))",
+}
 GROWTH = 1.2  # a figure at the largest N more than this times its 2-rank figure "grows with N"
 
 
-def phase(kernel: Any, directory: Path, name: str, n: int, cells: int, idle: float, timeout: float) -> list[dict]:
-    """One phase: snapshot cell, ``cells`` trivial cells or ``idle`` seconds, snapshot cell; every rank's file."""
+def phase(kernel: Any, directory: Path, name: str, n: int, cells: int, idle: float, timeout: float,
+          cell: str = TRIVIAL) -> list[dict]:
+    """One phase: snapshot cell, ``cells`` trivial cells (or ``cell``s) or ``idle`` seconds, snapshot cell; every
+    rank's file."""
     require_ok(kernel.execute(SNAPSHOT, timeout), f"{name}: the first snapshot cell")
     for i in range(cells):
-        require_ok(kernel.execute(TRIVIAL, timeout), f"{name}: trivial cell {i + 1}")
+        require_ok(kernel.execute(cell, timeout), f"{name}: cell {i + 1}")
     if idle:
         time.sleep(idle)
     require_ok(kernel.execute(WRITE.format(directory=directory, phase=name), timeout), f"{name}: the second cell")
@@ -197,6 +219,78 @@ def rows_for(s: dict[str, Any], k: int) -> list[dict[str, Any]]:
     ]
 
 
+def waiting_rates(slept: list[dict], awake: list[dict]) -> list[dict[str, Any]]:
+    """Per rank: store ops (and bytes) per second of waiting, from a phase with rank 0's sleep and one without."""
+    rates = []
+    for s, a in zip(slept, awake, strict=True):
+        seconds = s["seconds"] - a["seconds"]
+        kinds = {what: (counts[0] - a["moved"]["kinds"].get(what, [0, 0, 0])[0]) / seconds
+                 for what, counts in s["moved"]["kinds"].items()}
+        rates.append({"rank": s["rank"], "seconds": seconds,
+                      "ops_per_s": (s["moved"]["ops"] - a["moved"]["ops"]) / seconds,
+                      "bytes_per_s": (s["moved"]["sent"] + s["moved"]["received"] - a["moved"]["sent"]
+                                      - a["moved"]["received"]) / seconds,
+                      "kinds": {what: v for what, v in kinds.items() if abs(v) >= 0.05}})
+    return rates
+
+
+def report_waiting(n: int, where: str, rates: list[dict]) -> dict[str, Any]:
+    """Print one world size's waiting figures for one kind of wait; returns its summary."""
+    zero, workers = rates[0], rates[1:]
+    ops = [r["ops_per_s"] for r in workers]
+    summary = {"n": n, "where": where, "rank0": zero["ops_per_s"], "median": statistics.median(ops), "max": max(ops)}
+    top = sorted(workers[0]["kinds"].items(), key=lambda item: -item[1])[:5]
+    print(f"{n} ranks, waiting at the {where} for {zero['seconds']:.1f} s: workers {summary['median']:.1f} ops/s "
+          f"(median; max {summary['max']:.1f}), rank 0 (sleeping, drawing the table) {zero['ops_per_s']:.1f} ops/s; "
+          f"rank 1's top kinds (ops/s): {', '.join(f'{w} {v:.1f}' for w, v in top)}", flush=True)
+    return summary
+
+
+def run_waiting(n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The waiting phases at ``n`` ranks (see ``--waiting``)."""
+    spawned = Spawned(n)
+    directory = Path(tempfile.mkdtemp(prefix=f"nbdist-store-ops-{n}-"))
+    try:
+        print(f"\n{n} ranks: starting one kernel and %dist_init --spawn {n} ...", flush=True)
+        spawned.start(args.timeout)
+        kernel = spawned.kernel
+        assert kernel is not None
+        got = require_ok(kernel.execute("", args.timeout, {"f": "__import__('nbdist').__file__"}), "nbdist's path")
+        print(f"driving kernel imports nbdist from {got.expression('f')}", flush=True)
+        for i in range(args.warmup):
+            require_ok(kernel.execute(WAITING["collective"].format(seconds=0), args.timeout), f"warm-up cell {i + 1}")
+        out = []
+        for where, cell in WAITING.items():
+            slept = phase(kernel, directory, f"{where}-slept", n, 1, 0.0, args.timeout,
+                          cell.format(seconds=args.waiting))
+            awake = phase(kernel, directory, f"{where}-awake", n, 1, 0.0, args.timeout, cell.format(seconds=0))
+            out.append(report_waiting(n, where, waiting_rates(slept, awake)))
+        return out
+    finally:
+        spawned.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def main_waiting(args: argparse.Namespace) -> int:
+    """``--waiting``: store ops per rank per second of waiting, at each world size; prints, records nothing."""
+    print(load_note("at start"), flush=True)
+    summaries, failed = [], {}
+    for n in sorted(args.sizes):
+        try:
+            summaries.extend(run_waiting(n, args))
+        except Exception as exc:  # a kernel that did not start, a cell that failed: the other sizes still run
+            failed[n] = f"{type(exc).__name__}: {exc}"
+            print(f"FAILED at {n} ranks: {failed[n]}", file=sys.stderr, flush=True)
+    print(f"\nstore ops per rank per second of waiting (rank 0 sleeps {args.waiting:g} s in the body):")
+    print(f"{'N':>3} {'waits at':>10} {'workers median':>15} {'workers max':>12} {'rank 0':>8}")
+    for s in summaries:
+        print(f"{s['n']:>3} {s['where']:>10} {s['median']:>15.1f} {s['max']:>12.1f} {s['rank0']:>8.1f}")
+    print(load_note("at the end, this benchmark included", judge=False))
+    for n, why in failed.items():
+        print(f"{n} ranks: FAILED, not measured: {why}")
+    return 1 if failed or not summaries else 0
+
+
 def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
     spawned = Spawned(n)
     directory = Path(tempfile.mkdtemp(prefix=f"nbdist-store-ops-{n}-"))
@@ -239,17 +333,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cells", type=int, default=50, help="trivial cells counted per world size (default 50)")
     p.add_argument("--warmup", type=int, default=3, help="uncounted warm-up cells (default 3)")
     p.add_argument("--idle", type=float, default=5.0, help="seconds of the idle phase (default 5)")
+    p.add_argument("--waiting", type=float, default=0.0, metavar="S",
+                   help="measure store ops per second of waiting instead, rank 0 sleeping S s (see above)")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds any one cell may take (default 120; %%dist_init --spawn gets 120 s more)")
     args = p.parse_args(argv)
     args.sizes = world_sizes(p, args.world_sizes)
-    if args.cells < 1 or args.warmup < 0 or args.idle < 1 or args.timeout <= 0:
-        p.error("--cells must be >= 1, --warmup >= 0, --idle >= 1, --timeout > 0")
+    if args.cells < 1 or args.warmup < 0 or args.idle < 1 or args.timeout <= 0 or args.waiting < 0:
+        p.error("--cells must be >= 1, --warmup >= 0, --idle >= 1, --timeout > 0, --waiting >= 0")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.waiting:
+        return main_waiting(args)
     began = begin()
     print(load_note("at start"), flush=True)
     summaries, failed = [], {}

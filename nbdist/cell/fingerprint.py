@@ -26,7 +26,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -35,6 +35,7 @@ from ..errors import CollectiveMismatchError, PeerFailedError, PeerLostError, Sk
 from ..ranksets import fold, ranks_text, who_said
 from ..world import keys, records
 from ..world import verdict as verdicts
+from ..world.store import StoreClient
 from ..world.verdict import Verdict
 from ..world.world import BarrierRefused, World
 from .history import History, checksum, end_mismatch, quick_key, summary
@@ -147,6 +148,38 @@ def differences(fps: dict[int, dict[str, Any]]) -> list[str]:
     return problems
 
 
+class Published:
+    """Keys the ranks publish once each and then count (one ``add`` on a count), read at one operation a look.
+
+    A look reads the count; only when it moved since the last look does it read the keys of the ranks not
+    found yet (a rank's key, once set, is not set again). A rank counts itself after it published its key,
+    so the look after its count finds it: a waiting rank reads one number per tick, and the keys once each
+    time a rank comes in, whatever the world's size (issue 34, item 6).
+    """
+
+    def __init__(self, count: str, key: Callable[[int], str]) -> None:
+        self._count, self._key = count, key  # both as the store client takes them (in the world's round)
+        self._seen = 0
+        self.found: dict[int, Any] = {}  # rank -> its published value (parsed JSON)
+
+    def look(self, client: StoreClient, ranks: Iterable[int]) -> dict[int, Any]:
+        """What ``ranks`` published, as far as the count says any did; every value found so far."""
+        n = client.add(self._count, 0)
+        if n != self._seen:
+            self._seen = n
+            for i in ranks:
+                if i not in self.found:
+                    value = client.get_json_if(self._key(i))
+                    if value is not None:
+                        self.found[i] = value
+        return self.found
+
+
+def ended(world: World, cell: str) -> Published:
+    """The ranks' records at ``cell``'s end (:func:`nbdist.world.keys.out`), by the count of those that ended it."""
+    return Published(world.key(keys.ended(cell)), lambda i: world.key(keys.out(cell, i)))
+
+
 class Checker:
     """One cell's view of its collectives: compares each across the group's members, knows when it is inside one."""
 
@@ -175,6 +208,8 @@ class Checker:
         self.failed_inside = False
         self.builds = 0  # process groups the body's init_process_group built after destroying the world's (rebuild)
         self.lock = threading.Lock()
+        self._ended = ended(world, cell)  # the ranks that ended the body, as a waiting collective looks
+        self._late: tuple[str, Published] | None = None  # a late comparison's meeting, and its fingerprints
 
     def stop(self, info: dict[str, Any]) -> None:
         """No collective may start from now on (one already running is the watcher's to cut)."""
@@ -371,21 +406,20 @@ class Checker:
             client.set_json(world.key(keys.member(base, world.rank)), fp)
             client.add(world.key(keys.arrivals(base)), 1)
         who = ranks if ranks is not None else list(range(world.world_size))
-        fps = {world.rank: fp}
-        for i in who:
-            if i != world.rank:
-                other = client.get_json_if(world.key(keys.member(base, i)))
-                if other is not None:
-                    fps[i] = other
+        others = [i for i in who if i != world.rank]
+        if self._late is None or self._late[0] != base:
+            self._late = (base, Published(world.key(keys.arrivals(base)), lambda i: world.key(keys.member(base, i))))
+        theirs = self._late[1].look(client, others)
+        fps = {world.rank: fp, **{i: theirs[i] for i in others if i in theirs}}
         problems = differences(fps)
         if problems:
             raise CollectiveMismatchError(
                 f"collective #{seq} ({fp['op']}) of this cell does not match across ranks: {'; '.join(problems)}. "
                 "The ranks waited in different collectives; fix the cell so every rank issues the same collectives"
             )
-        self._peer_finished(name, seq, fp, ranks)
+        self._peer_finished(name, seq, fp, ranks)  # it looks at who ended the body: read below as it found them
         for i in who:  # a rank whose own call completed (gloo may complete one side of a mismatch) and finished
-            done = client.get_json_if(world.key(keys.out(self.cell, i))) if i != world.rank else None
+            done = self._ended.found.get(i) if i != world.rank else None
             if done is not None and "checks" in done:
                 mine = self.checks()
                 why = end_mismatch({world.rank: mine, i: done["checks"]}, differences)
@@ -449,14 +483,17 @@ class Checker:
             ) from None
 
     def _peer_finished(self, name: str, seq: int, fp: dict[str, Any], ranks: list[int] | None) -> None:
-        """Fail if a member ended its body (it published its output) without issuing collective ``seq``."""
+        """Fail if a member ended its body (it published its output) without issuing collective ``seq``.
+
+        It reads one count a tick, and a rank's output once, when the count says it ended (:class:`Published`).
+        """
         if self.on_tick is not None:
             self.on_tick()
         world = self.world
-        for i in ranks if ranks is not None else range(world.world_size):
-            if i == world.rank:
-                continue
-            done = world.client.get_json_if(world.key(keys.out(self.cell, i)))
+        who = [i for i in (ranks if ranks is not None else range(world.world_size)) if i != world.rank]
+        ended = self._ended.look(world.client, who)
+        for i in who:
+            done = ended.get(i)
             if done is not None and (done.get("collectives") or {}).get(name, 0) < seq:
                 if done.get("error") is not None:
                     # It failed: a rank publishes its failure before its output, so this tick's earlier read of

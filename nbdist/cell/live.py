@@ -2,11 +2,15 @@
 
 Every half second, from 0.5 s into the body, each rank publishes what its
 body produced so far (its :class:`~nbdist.cell.outputlog.OutputLog`) and its state
-under ``<cell>/live/<rank>``, when either changed; it reads the others' and
-updates one display in its own notebook, by display id, when the table
-changed. The table is the one :func:`~nbdist.view.celltable.cell_table` draws at the
-end, with a state row per rank; the final table replaces it. A cell that ends
-within 0.5 s publishes nothing early. "running N s" is counted on this
+under ``<cell>/live/<rank>``, when either changed, and counts it
+(``live/n``; the first time it also lists itself in ``live/ranks``). A notebook
+that shows the table reads that count every half second, and only when it
+moved, the list and every listed part (one ``multi_get``): a constant number of
+store operations, whatever the world's size. It updates one display in its own
+notebook, by display id, when the table changed. The table is the one
+:func:`~nbdist.view.celltable.cell_table` draws at the end, with a state row
+per rank; the final table replaces it. A cell that ends within 0.5 s
+publishes nothing early. "running N s" is counted on this
 notebook's clock from its own start of the body, which every rank begins
 within moments of the others (they leave the start barrier together).
 """
@@ -89,6 +93,9 @@ class LiveTable:
         self._next = self.started + LIVE_AFTER
         self._mine: dict[str, Any] = {"state": "running"}
         self._sent: tuple[int, str, str] = (-1, "", "")  # (output changes, state, where) last published
+        self._listed = False  # whether this rank is in the cell's list of ranks that published a part
+        self._count = 0  # the count of parts published, as this notebook last read it
+        self._others: dict[int, dict[str, Any]] = {}  # the other ranks' parts, as last read
         self._shown = ""
 
     def _key(self, rank: int) -> str:
@@ -122,7 +129,36 @@ class LiveTable:
             return
         self._sent = sent
         record = {**self._mine, "outputs": self.output.snapshot()}
-        self.world.client.set(self._key(self.world.rank), fit(record, LIVE_BYTES))
+        world = self.world
+        world.client.set(self._key(world.rank), fit(record, LIVE_BYTES))
+        if not self._listed:  # listed after its part is in: a reader reads listed parts only, all at once
+            world.client.append(world.key(keys.live_ranks(self.cell)), f"{world.rank},")
+            self._listed = True
+        count = world.client.add(world.key(keys.live_count(self.cell)), 1)
+        if count == self._count + 1:  # nobody else published since this notebook last read theirs: nothing to read
+            self._count = count
+
+    def _read_others(self) -> dict[int, dict[str, Any]]:
+        """The other ranks' parts: read again only when the count of parts published moved since the last look."""
+        world = self.world
+        count = world.client.add(world.key(keys.live_count(self.cell)), 0)
+        if count == self._count:
+            return self._others
+        self._count = count
+        listed = world.client.get_if(world.key(keys.live_ranks(self.cell))) or ""
+        ranks = sorted(({int(w) for w in listed.split(",") if w.strip().isdigit()} & set(range(world.world_size)))
+                       - {world.rank})
+        texts = world.client.multi_get([self._key(i) for i in ranks]) if ranks else []
+        others = {}
+        for i, text in zip(ranks, texts, strict=True):
+            try:
+                record = json.loads(text)
+            except ValueError:  # anyone can write into the store: not a part, so not shown
+                continue
+            if isinstance(record, dict):
+                others[i] = record
+        self._others = others
+        return others
 
     def _sampled(self, rank: int, record: dict[str, Any] | None, now: float) -> str:
         """Whether ``rank``'s place (its cell line, its output) changed between this notebook's samples, 0.5 s apart:
@@ -138,13 +174,10 @@ class LiveTable:
         if self.publisher is None:  # a rank with no front end: it publishes its part, draws nothing
             return
         world = self.world
-        records: list[dict[str, Any] | None] = []
-        for i in range(world.world_size):
-            if i == world.rank:
-                records.append({**self._mine, "outputs": self.output.snapshot()})
-                continue
-            text = world.client.get_if(self._key(i))
-            records.append(json.loads(text) if text else None)  # None: not published yet (still running)
+        others = self._read_others()
+        records: list[dict[str, Any] | None] = [  # None: not published yet (still running)
+            {**self._mine, "outputs": self.output.snapshot()} if i == world.rank else others.get(i)
+            for i in range(world.world_size)]
         captures = [r or {"outputs": []} for r in records]
         states = [_state(r, now - self.started, self._sampled(i, r, now)) for i, r in enumerate(records)]
         table = cell_table(self.title, world.ranks, captures, states, view=self.view, show=self.show)

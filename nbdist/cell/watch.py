@@ -46,7 +46,7 @@ from ..errors import (
 from ..world import keys, records
 from ..world.store import StoreClient
 from ..world.world import World
-from .fingerprint import Checker
+from .fingerprint import Checker, ended
 from .inflight import Since, pending
 from .stopper import Stopper
 
@@ -139,6 +139,7 @@ class CellWatch:
         self._used = since is None or not plain
         self._own_checked = 0.0  # when a %%collective's watch last compared torch's count with finished ranks'
         self._own_since: float | None = None  # since when the body has been in torch's collective code
+        self._ended = ended(world, cell)  # the ranks that finished the body, for that comparison (this thread's)
         self._refused = False
         self._started = time.monotonic()
         self._timed_out = False
@@ -253,9 +254,9 @@ class CellWatch:
         if pg is None or not self.since.moved():  # type: ignore[union-attr]
             return
         mine = pg.state().get("seq", {})
-        for i in range(self.world.world_size):
-            done = None if i == self.world.rank else self.client.get_json_if(self.world.key(keys.out(self.cell, i)))
-            theirs = ((done or {}).get("pg") or {}).get("seq", {})
+        finished = self._ended.look(self.client, [i for i in range(self.world.world_size) if i != self.world.rank])
+        for i in sorted(finished):
+            theirs = ((finished[i] or {}).get("pg") or {}).get("seq", {})
             ahead = [(group, n, theirs[group]) for group, n in mine.items() if group in theirs and n > theirs[group]]
             if not ahead:
                 continue

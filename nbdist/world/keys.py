@@ -35,8 +35,11 @@ A round (``r/<r>/`` + the names below)::
     t/<n>/fp/<group>/<seq>/...    a meeting per compared collective
     t/<n>/out/<i>, out/n, out/state
                                   rank i's capture; the cell's end meeting (its verdict says what the last to
-                                  arrive found in every capture: :mod:`nbdist.cell.ending`)
-    t/<n>/live/<i>                rank i's part of the live table
+                                  arrive found in every capture: :mod:`nbdist.cell.ending`); out/n also counts
+                                  the ranks whose capture is in (:func:`ended`)
+    t/<n>/live/<i>, live/n, live/ranks
+                                  rank i's part of the live table; how many times the ranks published theirs;
+                                  which ranks did (each appends ``<i>,`` once, after its part is in)
     t/<n>/init/<k>/<i>            rank i rebuilt the group in the body (the notebook's own init_process_group)
     where/asks, where/<k>/ask, where/<k>/rank/<i>, where/<k>/answered
                                   %dist_where (:mod:`nbdist.debug.where`): how many asked; the k-th request;
@@ -198,8 +201,24 @@ def out(cell: str, i: int) -> str:
     return f"{cell}/out/{i}"
 
 
+def ended(cell: str) -> str:
+    """How many ranks ended ``cell``'s body: the arrivals at its end meeting, each of which published its
+    capture (:func:`out`) before it arrived."""
+    return arrivals(ending(cell))
+
+
 def live(cell: str, i: int) -> str:
     return f"{cell}/live/{i}"
+
+
+def live_count(cell: str) -> str:
+    """How many times the ranks published their part of ``cell``'s live table (each adds one after it did)."""
+    return f"{cell}/live/n"
+
+
+def live_ranks(cell: str) -> str:
+    """The ranks that published a part of ``cell``'s live table: ``<i>,`` appended by each, once its part is in."""
+    return f"{cell}/live/ranks"
 
 
 def compared(cell: str, group: str, seq: int) -> str:

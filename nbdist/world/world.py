@@ -125,6 +125,7 @@ class World:
     _next_round_check: float = 0.0
     _next_peer_check: float = 0.0
     _tracker: PeerTracker | None = None
+    _noted: set[int] = field(default_factory=set)  # ranks seen to have a note (last/<i>): it is never taken back
 
     def key(self, name: str) -> str:
         """``name`` (built by :mod:`nbdist.world.keys`) in this world's round."""
@@ -419,8 +420,21 @@ class World:
     def _missing(self, name: str, members: list[int] | None) -> dict[int, dict[str, Any]]:
         """The last recorded activity of each rank that has not arrived at barrier ``name``."""
         ranks = [i for i in (range(self.world_size) if members is None else members) if i != self.rank]
-        lasts = {i: self.client.get_json_if(self.key(keys.last(i))) or {} for i in ranks}
-        return {i: last for i, last in lasts.items() if last.get("barrier") != name}
+        return {i: last for i, last in self._lasts(ranks).items() if last.get("barrier") != name}
+
+    def _lasts(self, ranks: list[int]) -> dict[int, dict[str, Any]]:
+        """The notes of ``ranks`` ({}: none yet), as they are, in rank order: those of the ranks seen to have one
+        in one ``multi_get`` (a note is replaced, never removed), the others one by one until they have one."""
+        known = [i for i in ranks if i in self._noted]
+        texts = self.client.multi_get([self.key(keys.last(i)) for i in known]) if known else []
+        found: dict[int, dict[str, Any]] = {i: json.loads(t) for i, t in zip(known, texts, strict=True)}
+        for i in ranks:
+            if i not in found:
+                last = self.client.get_json_if(self.key(keys.last(i)))
+                if last is not None:
+                    self._noted.add(i)
+                found[i] = last or {}
+        return {i: found[i] for i in ranks}
 
     def _missing_work(self, name: str, members: list[int] | None,
                       working: Callable[[int, dict[str, Any]], bool]) -> bool:
@@ -435,8 +449,7 @@ class World:
 
     def _who_is_missing(self, name: str, timeout: float, label: str, members: list[int] | None = None) -> str:
         missing = []
-        for i in range(self.world_size) if members is None else members:
-            last = self.client.get_json_if(self.key(keys.last(i))) or {}
+        for i, last in self._lasts(list(range(self.world_size) if members is None else members)).items():
             if last.get("barrier") == name:
                 continue
             missing.append(f"{self.describe(i)}; {self.doing(i, last)}")

@@ -10,6 +10,7 @@ import pytest
 from nbdist.cell.fingerprint import Checker, raise_if_failed
 from nbdist.cell.watch import publish_failure
 from nbdist.errors import CollectiveMismatchError, PeerFailedError
+from nbdist.world import keys
 from nbdist.world.store import Server, connect
 from nbdist.world.world import World
 
@@ -18,12 +19,14 @@ CELL = "g0/c/1"
 
 
 def _end_as_cells_does(world: World, error: dict | None) -> None:
-    """What cells.run does at a body's end: the failure first (when it failed), then the output."""
+    """What cells.run does at a body's end: the failure first (when it failed), then the output, then its arrival
+    at the end meeting (the first thing its barrier does), which counts it among those that ended."""
     if error is not None:
         message = f"{world.describe(world.rank)} raised {error['ename']}: {error['evalue']}"
         publish_failure(world.client, world, CELL, {"rank": world.rank, "kind": "error", "message": message})
     world.client.set(world.key(f"{CELL}/out/{world.rank}"),
                      json.dumps({"error": error, "collectives": {}, "outputs": []}))
+    world.client.add(world.key(keys.ended(CELL)), 1)
 
 
 @pytest.mark.parametrize("error", [{"ename": "ZeroDivisionError", "evalue": "division by zero"}, None],
