@@ -11,7 +11,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .backend import backends, debugmode, envplan, setup, threads, userinit
@@ -40,6 +40,9 @@ from .world import keys, netinfo, reach, rendezvous, signing
 from .world.heartbeat import Heartbeat
 from .world.store import Server, StoreClient, connect
 from .world.world import World
+
+if TYPE_CHECKING:
+    from .measure import bench, dashboard
 
 log = logging.getLogger(__name__)
 
@@ -574,3 +577,9 @@ class Session:
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+
+if TYPE_CHECKING:
+    def _fits(s: Session) -> tuple[follow.FollowHost, debugmode.Switched, bench.Benched, dashboard.Watched]:
+        """The parts below that take the session whole name what they need of it as Protocols: it has that."""
+        return s, s, s, s
