@@ -4,7 +4,8 @@ Owns the rendezvous server and its clients (``store``, ``auth``), every key
 kept in the store (``keys``) and the records kept under them, typed and validated where read (``records``), rounds and
 joining (``rendezvous``, ``reach``), a formed world's barriers and peer checks
 (``world``) and what a meeting decided (``verdict``), heartbeats (``heartbeat``, ``pulse``), signed messages
-(``signing``) and this host's network facts (``netinfo``).
+(``signing``), this host's network facts (``netinfo``) and one kernel's link to the store: its server,
+connections, heartbeat and world (``link``).
 
 May import: ``nbdist.errors``, ``nbdist.config``, ``nbdist.ranksets``. It knows nothing of cells,
 backends, views or drivers.
