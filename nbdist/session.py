@@ -1,4 +1,12 @@
-"""The per-kernel state of nbdist: one :class:`Session` per kernel, owned by the magics."""
+"""The per-kernel state of nbdist: one :class:`Session` per kernel, owned by the magics.
+
+A session is the composition of four parts, each with its own lifetime: the link to the store
+(:class:`nbdist.world.link.StoreLink`: the server, connections, heartbeat and world), the backend state
+(:class:`nbdist.backend.state.BackendState`), the cell turn (:class:`nbdist.cell.kernelturn.KernelTurn`: the
+running cell's turn, the stop button, the watchers) and the drive (:class:`nbdist.drive.driving.KernelDrive`).
+It wires them, and keeps the names the magics, the extension and the layers below use: each part's attributes
+read and set through the session as its own (:class:`Held`).
+"""
 
 from __future__ import annotations
 
@@ -11,39 +19,64 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from ._version import __version__
-from .backend import backends, debugmode, envplan, setup, threads, userinit
+from .backend import backends, debugmode, envplan, setup, userinit
 from .backend.environ import Environ
-from .backend.procgroup import destroy_default
-from .cell import capture, cells, prestart, progress, rebuild, turn
+from .backend.state import BackendState
+from .cell import cells, rebuild, turn
 from .cell.guard import Guard, request_stop
 from .cell.hooks import Collectives
+from .cell.kernelturn import KernelTurn
 from .cell.plain import PlainNet
+from .cell.prestart import Window
 from .cell.stopper import Stopper
-from .cell.turn import Phase
-from .config import HEARTBEAT_INTERVAL, TIMEOUTS, WorldConfig
+from .cell.turn import Phase, Turn
+from .config import HEARTBEAT_INTERVAL, WorldConfig
 from .debug import aids, postmortem
 from .drive import follow
+from .drive.driving import KernelDrive
 from .drive.slurm import SlurmJob
 from .drive.workers import Workers
-from .errors import (
-    DriveError,
-    JoinError,
-    NotInitializedError,
-    PeerFailedError,
-    StoppedError,
-    StoreConnectionError,
-)
-from .world import keys, netinfo, reach, rendezvous, signing
+from .errors import JoinError, PeerFailedError, StoreConnectionError
+from .world import keys, link, netinfo, signing
 from .world.heartbeat import Heartbeat
-from .world.store import Server, StoreClient, connect
+from .world.link import StoreLink
+from .world.store import Server, StoreClient
 from .world.world import World
+
+if TYPE_CHECKING:
+    from .measure import bench, dashboard
 
 log = logging.getLogger(__name__)
 
-EXIT_GRACE = 3.0  # seconds a kernel that hosts the server keeps serving at exit while other ranks still use it
+T = TypeVar("T")
+
+
+class Held(Generic[T]):
+    """An attribute of the session that one of its parts holds: read and set through the session as its own."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> Held[T]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+
+    def __get__(self, obj: object, owner: type | None = None) -> Held[T] | T:
+        if obj is None:
+            return self
+        value: T = getattr(getattr(obj, self.part), self.name)
+        return value
+
+    def __set__(self, obj: object, value: T) -> None:
+        setattr(getattr(obj, self.part), self.name, value)
 
 
 def _node_id() -> str:
@@ -56,47 +89,53 @@ def _node_id() -> str:
 
 
 class Session:
-    """One kernel's membership of a world: server, connections, heartbeat, process group."""
+    """One kernel's membership of a world: the composition of its parts (see the module docstring)."""
+
+    # the link to the store
+    server = Held[Server | None]("link")
+    client = Held[StoreClient | None]("link")
+    world = Held[World | None]("link")
+    watch_client = Held[StoreClient | None]("link")
+    heartbeat = Held[Heartbeat | None]("link")
+    # the backend state
+    choice = Held[backends.Choice | None]("backend")
+    config = Held[WorldConfig | None]("backend")
+    device = Held[Any]("backend")
+    local_rank = Held[int]("backend")
+    env_plan = Held[list[envplan.EnvVar]]("backend")
+    environ = Held[Environ]("backend")
+    pg_timeout = Held[float]("backend")
+    npu_seen = Held[dict[str, str | None] | None]("backend")
+    npu_seen_when = Held[str]("backend")
+    notes = Held[list[str]]("backend")
+    cpplog_note = Held[str | None]("backend")
+    around_tunnel = Held[envplan.EnvVar | None]("backend")
+    threads_before = Held[int | None]("backend")
+    user_init = Held[userinit.UserInit]("backend")
+    debug = Held[debugmode.DebugMode]("backend")
+    # the cell turn
+    hooks = Held[Collectives]("cell_turn")
+    stopper = Held[Stopper]("cell_turn")
+    guard = Held[Guard | None]("cell_turn")
+    plain = Held[PlainNet]("cell_turn")
+    turn = Held[Turn]("cell_turn")
+    prestart = Held[Window]("cell_turn")
+    stop_pressed = Held[bool]("cell_turn")
+    view = Held[str | None]("cell_turn")
+    run_body = Held[Callable[[cells.Body], tuple[dict[str, Any], dict[str, Any] | None, bool]]]("cell_turn")
+    # the drive
+    drive = Held[follow.Drive]("driving")
+    following = Held[bool]("driving")
+    process = Held[str]("driving")
+    workers = Held[Workers | SlurmJob | None]("driving")
 
     def __init__(self, shell: Any) -> None:
         self.shell = shell
         self.id = uuid.uuid4().hex
-        self.server: Server | None = None
-        self.client: StoreClient | None = None
-        self.world: World | None = None
-        self.watch_client: StoreClient | None = None
-        self.heartbeat: Heartbeat | None = None
-        self.choice: backends.Choice | None = None
-        self.config: WorldConfig | None = None
-        self.device: Any = None
-        self.local_rank = 0
-        self.env_plan: list[envplan.EnvVar] = []
-        self.environ = Environ()  # what nbdist put in os.environ, to put back what was there
-        self.pg_timeout = envplan.PG_TIMEOUT
-        self.npu_seen: dict[str, str | None] | None = None  # what torch_npu read once in this process, if known
-        self.npu_seen_when = ""
-        self.notes: list[str] = []  # warnings for the init summary
-        self.cpplog_note: str | None = None  # torch was imported first: its C++ log lines may show
-        self.around_tunnel: envplan.EnvVar | None = None  # the interface chosen for the peers, the master on loopback
-        self.hooks = Collectives()
-        self.user_init = userinit.UserInit()  # the notebook's own init_process_group, while in a world
-        self.stopper = Stopper()  # lets nbdist's watchers end the running cell (--max-time, %dist_stop)
-        self.guard: Guard | None = None
-        self.plain = PlainNet(self)  # the watcher of a plain cell that calls a collective
-        self.drive = follow.Drive(self.id)  # driving followers (nbdist.drive.follow)
-        self.following = False
-        self.process = "kernel"  # what runs this rank: a kernel, or "nbdist follow" (a process with no kernel)
-        self.workers: Workers | SlurmJob | None = None  # the followers of %dist_init --spawn
-        # The running cell's turn at its step (nbdist.cell.turn): a %%collective claims the world's next step as
-        # the cell begins (its pre_run_cell), even if another rank's same cell closes that step before this one
-        # reaches nbdist's code.
-        self.turn = turn.Turn()
-        self.debug = debugmode.DebugMode()  # the world's %dist_debug switch, as applied here
-        self.prestart = prestart.Window()  # the stop button just before or after a cell (installed at load)
-        self.stop_pressed = False  # pressed in the gap just before this cell began: a %%collective stops at once
-        self.view: str | None = None  # %dist_config view=: how this notebook draws tables (None: by the ranks)
-        self.threads_before: int | None = None  # torch's thread count before nbdist set it (backend.threads)
-        self.run_body = cells.watched_body  # how a %%collective's body runs (the interleaving explorer's has none)
+        self.link = StoreLink()
+        self.backend = BackendState()
+        self.cell_turn = KernelTurn(self.link, self)
+        self.driving = KernelDrive(self.id)
         self.kept = postmortem.Kept()  # this rank's last failed %%collective body, for %dist_pdb
         self.aids = aids.Aids(self.secret, lambda: self.pg_timeout)  # breakpoints, where a hung cell's ranks were
 
@@ -117,29 +156,19 @@ class Session:
             self.workers = None  # leaving the old world must not stop the workers that join this one
         self.leave()
         self.workers = workers
-        self.config = cfg
-        self.choice = backends.choose(cfg.backend, cfg.device, 0)
+        self.backend.choose(cfg)
         setup.apply_plan(self, cfg)
-        self.notes = [*self.choice.warnings, *(v.warning for v in self.env_plan if v.warning),
-                      *([self.cpplog_note] if self.cpplog_note else [])]
-        late = envplan.stale(self.env_plan, self.npu_seen) if self.choice.backend == "hccl" else []
-        if late:
-            certain = self.npu_seen_when == rebuild.BUILT_HCCL
-            self.notes.append(
-                f"these values {'will' if certain else 'may'} not take effect: {', '.join(late)}. torch_npu reads "
-                f"them once per process, at its first HCCL process group, and {self.npu_seen_when}"
-                f"{'' if certain else ' (a group made since keeps what torch_npu read then)'}. Restart the kernel "
-                "and run %load_ext nbdist before anything imports torch")
+        self.backend.note_plan(rebuild.BUILT_HCCL)
         import torch
 
         deadline = time.monotonic() + cfg.timeout
-        self.client, self.server = reach.reach(cfg, deadline, on_status, self.server, self.id)
-        self.heartbeat = Heartbeat(self.client.clone(op_timeout=5.0), self.id, cfg.rank)
-        self.watch_client = self.client.clone(op_timeout=5.0)
+        client = self.link.reach(cfg, deadline, on_status, self.id)
         try:
             addr = netinfo.route_to(cfg.master_addr, cfg.master_port).local_ip
         except OSError:  # plan_for routed it a moment ago
             addr = ""
+        choice = self.choice
+        assert choice is not None
         me = {
             "session": self.id,
             "rank": cfg.rank,
@@ -152,17 +181,17 @@ class Session:
             "nbdist": __version__,
             "torch": torch.__version__,
             "python": platform.python_version(),
-            "backend": self.choice.backend,
-            "backend_reason": self.choice.reason,
-            "device": self.choice.device,
+            "backend": choice.backend,
+            "backend_reason": choice.reason,
+            "device": choice.device,
             "device_chosen": cfg.device is not None,
-            "torch_npu": self.choice.npu.torch_npu,
-            "cann": self.choice.npu.cann,
-            "agreed": envplan.agreed_values(self.choice.backend, self.env_plan, self.choice.npu),
+            "torch_npu": choice.npu.torch_npu,
+            "cann": choice.npu.cann,
+            "agreed": envplan.agreed_values(choice.backend, self.env_plan, choice.npu),
             "env": setup.env_lines(self.env_plan),
         }
-        self.world = rendezvous.join(self.client, me, cfg.world_size, cfg.timeout, on_status, deadline=deadline)
-        problems = envplan.disagreements(self.world.ranks)
+        world = self.link.join(me, cfg, on_status, deadline)
+        problems = envplan.disagreements(world.ranks)
         if problems:
             self.world = None
             raise JoinError("; ".join(problems) + ". Use the same values in every notebook, then re-run %%dist_init")
@@ -170,19 +199,16 @@ class Session:
         setup.settle_devices(self)
         setup.set_environment(self, cfg)
         setup.set_threads(self)
-        self.hooks.group_timeout = self.pg_timeout
-        self.hooks.install()
-        self.stopper.install()
-        self.hooks.on_plain = self.plain.checker
+        self.cell_turn.join(self.pg_timeout)
         self.user_init.install(self._formed, lambda: rebuild.restore(self))
-        self.guard = Guard(self.client.clone(op_timeout=5.0), self.world.key, cfg.rank, self.id, self._stop_requested)
-        self.world.last_turn = self.world.turn() - 1  # the steps before this rank joined are not ones it missed
-        if self.world.replaced is None:
-            self.world.gen = self.world.store_generation()
+        self.cell_turn.start_guard(client.clone(op_timeout=5.0), world.key, cfg.rank, self.id)
+        world.last_turn = world.turn() - 1  # the steps before this rank joined are not ones it missed
+        if world.replaced is None:
+            world.gen = world.store_generation()
             self.rebuild_process_group("join")
         self._answer_where()
-        self.world.note("joined")
-        return self.world.ranks
+        world.note("joined")
+        return world.ranks
 
     def _answer_where(self) -> None:
         """Answer %dist_where from the heartbeat thread, while cells run (:mod:`nbdist.debug.where`)."""
@@ -225,7 +251,7 @@ class Session:
 
     def environ_for_config(self) -> dict[str, str]:
         """The environment as the user set it: values nbdist itself set are left out."""
-        return self.environ.as_user_set()
+        return self.backend.environ_for_config()
 
     def _formed(self) -> userinit.Formed:
         """This world as the notebook's own ``init_process_group`` is compared with it."""
@@ -245,15 +271,6 @@ class Session:
         """Before a plain cell's first collective: rebuild with every rank if the group is not trusted; why, or None."""
         return rebuild.ensure(self)
 
-    def _stop_requested(self, info: dict[str, Any]) -> None:
-        """The guard saw a stop of every rank (%dist_stop, nbdist stop) while a cell runs here."""
-        info = {**info, "kind": "stopped", "rank": -1}
-        watch = self.stopper.watch
-        if watch is not None:
-            watch.stop_all(info)  # it cuts a collective that is waiting
-        else:
-            self.stopper.stop(StoppedError(info.get("message", "stopped")))
-
     def stop_all(self) -> int:
         """%dist_stop: ask every rank to stop its running cell."""
         world = self.require_world("%dist_stop")
@@ -270,21 +287,11 @@ class Session:
     def follow(self, show: follow.Shows) -> follow.Ended:
         """%dist_follow: run the driving notebook's cells until it releases or leaves; returns why it ended."""
         world = self.require_world("%dist_follow")
-        if self.drive.holding:
-            raise DriveError("this notebook drives the world: run %dist_release here first, then %dist_follow")
-        follower = follow.Follower(world, self.id, self.secret())
-        self.following = True
-        self.stopper.disarm()  # between the driver's cells, only the stop button ends the wait
-        try:
-            return follow.run(self, follower, show)
-        finally:
-            self.following = False
+        return self.driving.follow(self, world, self.id, self.secret, show, self.stopper)
 
     def release(self) -> bool:
         """%dist_release: stop driving; the followers run their own cells again. True if this notebook drove."""
-        if self.world is None or not self.drive.holding:
-            return False
-        return self.drive.release(self.world, self.secret)
+        return self.driving.release(self.world, self.secret)
 
     def spawn(self, cfg: WorldConfig, workers: Workers | SlurmJob, on_status: Callable[[Any], None] | None = None
               ) -> list[dict[str, Any]]:
@@ -310,21 +317,12 @@ class Session:
         return ranks
 
     def sync_generation(self, world: World, gen: int | None = None) -> int:
-        """Follow the world to a new generation (a rank was replaced): renumber, re-read ranks.
-
-        The process group stays until the next cell that uses it rebuilds it. Returns the generation.
-        ``gen``: the store's generation, where the caller knows it (a follower, from its driver's message).
-        """
-        gen = world.store_generation() if gen is None else gen
-        if gen != world.gen:
-            world.enter_generation(gen)
-        return gen
+        """Follow the world to a new generation (a rank was replaced): :func:`nbdist.world.link.sync_generation`."""
+        return link.sync_generation(world, gen)
 
     # --- using the world ----------------------------------------------------
     def require_world(self, what: str) -> World:
-        if self.world is None:
-            raise NotInitializedError(what)
-        return self.world
+        return self.link.require_world(what)
 
     def collective(self, source: str, flags: cells.Flags, align: tuple[int, int] | None = None,
                    driver: int | None = None, shows_table: bool = True) -> cells.Outcome:
@@ -383,48 +381,12 @@ class Session:
         self.hooks.active = checker
 
     def before_cell(self, info: Any = None, *_: Any) -> None:
-        """IPython's pre_run_cell event: a cell of the user runs from now (a stop may end it).
-
-        A ``%%collective`` cell takes the world's next step now: a rank whose same cell fails before
-        nbdist's code (a typo in its flags) closes that step, and this rank, arriving after, fails at once
-        with the reason instead of waiting at the step after it.
-        """
-        late = self.prestart.started()
-        stops = self.turn.stops
-        raw = getattr(info, "raw_cell", "") or ""
-        # A press while this runs would raise inside IPython's event loop, which swallows it: hold it for the cell.
-        with stops.held(take=False):
-            self.turn.cell_began(self.world, raw)
-            if self.world is not None:
-                self.stopper.arm()
-                self.plain.begin(raw)  # a plain cell is watched from its start
-                if self.guard is not None:
-                    self.guard.new_cell()
-                    self.guard.running = True
-        self.stop_pressed = late or stops.pressed or self.stop_pressed
-        stops.drop()
+        """IPython's pre_run_cell event (:meth:`nbdist.cell.kernelturn.KernelTurn.before_cell`)."""
+        self.cell_turn.before_cell(info)
 
     def after_cell(self, result: Any) -> None:
-        """IPython's post_run_cell event: a %%collective stopped before its turn still takes it, closed.
-
-        The stop button can land before nbdist's code runs (IPython, the magic's
-        flags); without this, the other ranks would wait for this one until their
-        --timeout.
-        """
-        raw = getattr(getattr(result, "info", None), "raw_cell", "") or ""
-        error = getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None)
-        self.plain.end(error)
-        self.prestart.ended()
-        self.stop_pressed = False
-        self.stopper.reset()  # not disarm(): an arm whose disarm a stop cut short must not outlive the cell
-        if self.guard is not None:
-            self.guard.running = False
-        try:
-            world = self.world
-            if world is not None:
-                self.turn.cell_ended(world, turn.CellEnded.of(raw, error), lambda: self.sync_generation(world))
-        finally:
-            self.turn.begin()
+        """IPython's post_run_cell event (:meth:`nbdist.cell.kernelturn.KernelTurn.after_cell`)."""
+        self.cell_turn.after_cell(result)
 
     def barrier(self, timeout: float, step: int | None = None) -> float:
         """All ranks meet at the world's next step (a follower: its driver's ``step``); returns the seconds waited."""
@@ -476,70 +438,28 @@ class Session:
     # --- leaving ------------------------------------------------------------
     def leave(self) -> None:
         """Leave the world (others see it); keeps a hosted server running. Idempotent."""
-        self.plain.end()
-        if self.guard is not None:
-            self.guard.stop()
-            self.guard = None
+        self.cell_turn.leave()
         if self.world is not None:
-            try:
-                if self.drive.holding:
-                    self.drive.release(self.world, self.secret, "left the world (%dist_destroy, a new %%dist_init, "
-                                                                "or its kernel exits)")
-            except (StoreConnectionError, signing.SigningError) as exc:
-                log.info("could not release the drive: %s", exc)
-            try:
-                self.world.leave()
-            except StoreConnectionError as exc:
-                log.info("could not tell the others this rank left: %s", exc)
-            if self.world.pg is not None:
-                self.world.pg.cut("left")  # nothing may still wait on it, or destroying it would hang
-                self.world.pg.destroy()
-            self.world = None
-        self.hooks.active, self.hooks.pg = None, None
+            self.driving.leave(self.world, self.secret)
+            self.link.leave_world()
+        self.cell_turn.forget_group()
         self.kept.clear()
-        self.user_init.uninstall()
-        destroy_default()
-        self.debug.restore()
-        self.environ.restore(keep=self.environ.early)
-        if self.watch_client is not None:
-            self.watch_client.close()
-            self.watch_client = None
-        if self.heartbeat is not None:
-            self.heartbeat.stop()
-            self.heartbeat = None
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        self.device = None
-        if self.threads_before is not None:
-            threads.apply(self.threads_before)
-            self.threads_before = None
-        self.drive = follow.Drive(self.id)
-        if self.workers is not None:  # after leaving: their follow loops end as they see this rank leave
-            self.workers.shutdown()
-            self.workers = None
+        self.backend.leave()
+        self.link.disconnect()
+        self.backend.forget_device()
+        self.driving.reset(self.id)  # after leaving: the workers' follow loops end as they see this rank leave
 
     def close_at_exit(self) -> None:
         """Kernel exit: leave, keep serving the others a moment if they still use the world, then close.
 
         A notebook that ends first must not break the others' last cells: when rank 0's kernel, which
         hosts the server, shuts down as its notebook ends, the others may be one cell behind. They
-        leave when their own notebook ends, or die; nbdist waits for that for up to EXIT_GRACE seconds
-        (jupyter_client gives a kernel 5 s to exit before it kills it).
+        leave when their own notebook ends, or die; nbdist waits for that for up to
+        :data:`nbdist.world.link.EXIT_GRACE` seconds (jupyter_client gives a kernel 5 s to exit before it
+        kills it).
         """
         self.leave()
-        server = self.server
-        if server is not None and server.running:
-            deadline = time.monotonic() + EXIT_GRACE
-            try:
-                client = connect(server.host, server.port, TIMEOUTS["connect"], token=server.token)
-                try:
-                    while time.monotonic() < deadline and rendezvous.live_peers(client, self.id):
-                        time.sleep(0.1)
-                finally:
-                    client.close()
-            except StoreConnectionError as exc:
-                log.info("at exit, could not see whether other ranks still use the server: %s", exc)
+        self.link.serve_out(self.id)
         self.close()
 
     def close(self) -> None:
@@ -547,11 +467,10 @@ class Session:
         self.leave()
         self.environ.restore()
         self.environ.early.clear()
-        self.hooks.uninstall()
-        capture.unroute_streams()
-        progress.unpatch()
-        self.stopper.uninstall()
-        self.prestart.uninstall()
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+        self.cell_turn.close()
+        self.link.stop_server()
+
+if TYPE_CHECKING:
+    def _fits(s: Session) -> tuple[follow.FollowHost, debugmode.Switched, bench.Benched, dashboard.Watched]:
+        """The parts below that take the session whole name what they need of it as Protocols: it has that."""
+        return s, s, s, s

@@ -1,6 +1,8 @@
-"""The type checker holds on the lockstep protocol: mypy, strict on ``nbdist/world``, ``nbdist/cell`` and
-``nbdist/drive/follow.py``, and on ``nbdist/session.py`` against the Protocols the layers below declare (its
-settings are pyproject.toml's ``[tool.mypy]``)."""
+"""The type checker holds on the lockstep protocol: mypy, strict on ``nbdist/world``, ``nbdist/cell``,
+``nbdist/drive/follow.py``, the session's other parts (``drive/driving.py``, ``backend/state.py``) and the
+modules that take the session whole (``backend/debugmode.py``, ``measure/bench.py``, ``measure/dashboard.py``),
+and on ``nbdist/session.py`` against the Protocols the layers below declare (its settings are pyproject.toml's
+``[tool.mypy]``)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Owns the choice of backend and device before torch is imported (``backends``,
 torch's thread count on a rank (``threads``), building, judging and cutting
 process groups (``procgroup``), the notebook's own ``init_process_group`` in a
 formed world (``userinit``), ``nbdist doctor``'s checks (``doctor``), and a kernel's
-backend state set up as it joins a world (``setup``).
+backend state (``state``), set up as it joins a world (``setup``).
 
 May import: the shared base (``errors``, ``config``, ``ranksets``) and ``nbdist.world``
 (the store, network facts). Nothing of cells, views or drivers.

@@ -54,12 +54,13 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Protocol
 
 from ..errors import WorldChangedError
 from ..world import netinfo
 from ..world.world import World
 from . import envplan
+from .backends import Choice
 
 log = logging.getLogger(__name__)
 
@@ -232,9 +233,25 @@ class DebugMode:
         return f"debug {current.word} for every rank: {current.by} ran %dist_debug {current.word}"
 
 
-def switch(session: Any, on: bool) -> str:
+class Switched(Protocol):
+    """What ``%dist_debug`` reads: the kernel's session, in these parts."""
+
+    @property
+    def world(self) -> World | None: ...
+
+    @property
+    def choice(self) -> Choice | None: ...
+
+    @property
+    def debug(self) -> DebugMode: ...
+
+    def require_world(self, what: str) -> World: ...
+
+
+def switch(session: Switched, on: bool) -> str:
     """``%dist_debug on|off``: change the world's switch (once, whoever asks first); says what happens when."""
     world = session.require_world(f"%dist_debug {'on' if on else 'off'}")
+    assert session.choice is not None  # set as the rank joined, before its world
     backend = session.choice.backend
     key, me, word = world.key(KEY), world.describe(world.rank), "on" if on else "off"
     for _ in range(CHANGE_TRIES):
@@ -280,7 +297,7 @@ def _changed(world: World, on: bool, backend: str) -> str:
     return "\n".join(lines)
 
 
-def _unchanged(session: Any, world: World, current: Switch | None, on: bool) -> str:
+def _unchanged(session: Switched, world: World, current: Switch | None, on: bool) -> str:
     word = "on" if on else "off"
     who = f"{current.by} turned it {word}" if current is not None else (
         "every notebook joined with --debug" if on else "nobody turned it on")
@@ -299,7 +316,7 @@ def _variable_lines(values: Mapping[str, str | None]) -> list[str]:
     return lines
 
 
-def show(session: Any) -> str:
+def show(session: Switched) -> str:
     """``%dist_debug``: the world's switch, this rank's group, torch's level and the variables as they are here."""
     world = session.world
     backend = session.choice.backend if session.choice is not None else "gloo"

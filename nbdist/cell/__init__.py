@@ -8,7 +8,8 @@ finds for every rank and whose records each rank reads there (``ending``), runni
 (``watch``, ``stopper``, ``guard``, ``prestart``), whether a cell started a collective by torch's
 own count (``inflight``), the plain-cell safety net (``plain``),
 building and rebuilding the process group with every rank (``rebuild``), the
-live table (``live``) and what a finished cell shows (``outcome_view``).
+live table (``live``), what a finished cell shows (``outcome_view``) and one kernel's side of its cells
+(``kernelturn``: IPython's cell events, the running cell's turn, the stop button and the watchers).
 
 May import: the shared base, ``nbdist.world``, ``nbdist.backend`` and
 ``nbdist.view``. Nothing of drivers or measuring.

@@ -63,8 +63,10 @@ class PlainHost(Protocol):
     watch_client: StoreClient | None
     hooks: Collectives
     stopper: Stopper
-    drive: Driving
     process: str
+
+    @property
+    def drive(self) -> Driving: ...
 
     def ensure_group(self) -> str | None: ...
 

@@ -1,6 +1,6 @@
 """Driving: one notebook runs the cells of other ranks.
 
-Owns driving and following (``follow``), the follower with no kernel
+Owns driving and following (``follow``), what one kernel drives or follows (``driving``), the follower with no kernel
 (``headless``, ``nbdist follow``), the launchers' rank variables
 (``launchers``), what ``--spawn N`` means (``spawn``), local worker kernels
 (``workers``), followers as one Slurm job (``slurm``), local kernels through jupyter_client (``kernels``) and

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from ..cell import cells, turn
 from ..errors import DriveError, JoinError, NbdistError, StoreConnectionError, WorldChangedError
@@ -323,7 +323,16 @@ class Shows:
     tables: bool = True  # whether ``outcome`` draws the cell's table: if not, the outcome holds only what errors need
 
 
-def run(session: Any, follower: Follower, show: Shows) -> Ended:
+class FollowHost(Protocol):
+    """What following calls for each of the driver's messages: the kernel's session, in these parts."""
+
+    def barrier(self, timeout: float, step: int | None = None) -> float: ...
+
+    def collective(self, source: str, flags: cells.Flags, align: tuple[int, int] | None = None,
+                   driver: int | None = None, shows_table: bool = True) -> cells.Outcome: ...
+
+
+def run(session: FollowHost, follower: Follower, show: Shows) -> Ended:
     """Run every message of the driver until following ends; returns why it ended.
 
     Each cell's own error is shown and following goes on, as the driver goes on;
@@ -364,7 +373,7 @@ def run(session: Any, follower: Follower, show: Shows) -> Ended:
             if shown is not None:
                 shown.join()
             show.outcome(outcome)
-            error = cells.error_for(session.world, outcome)
+            error = cells.error_for(follower.world, outcome)  # the session's world, which it follows
             if type(error) is KeyboardInterrupt:
                 raise error
             if error is not None:

@@ -23,11 +23,13 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from ..backend.backends import Choice
 from ..cell import cells
 from ..config import TIMEOUTS
 from ..errors import ConfigError, NbdistError
+from ..world.world import World
 from .benchreport import OPS, BenchResults, element_count, format_size, parse_ops, parse_sizes, row
 
 DEFAULT_SIZES = "8:16M"
@@ -100,13 +102,34 @@ def title(s: Spec, world_size: int, backend: str, device: Any, short: bool = Fal
     return f"%dist_bench · {where} · median of {s.iters} iteration(s) per rank ({s.warmup} warm-up), slowest rank"
 
 
-def run(session: Any, s: Spec, sink: list[dict[str, Any]], timeout: float = TIMEOUTS["barrier"]) -> BenchResults:
+class Benched(Protocol):
+    """What ``%dist_bench`` reads and calls: the kernel's session, in these parts."""
+
+    @property
+    def shell(self) -> Any: ...  # IPython's, for its user namespace
+
+    @property
+    def world(self) -> World | None: ...
+
+    @property
+    def choice(self) -> Choice | None: ...
+
+    @property
+    def device(self) -> Any: ...  # the torch.device this rank uses
+
+    def require_world(self, what: str) -> World: ...
+
+    def collective(self, source: str, flags: cells.Flags, align: tuple[int, int] | None = None,
+                   driver: int | None = None, shows_table: bool = True) -> cells.Outcome: ...
+
+
+def run(session: Benched, s: Spec, sink: list[dict[str, Any]], timeout: float = TIMEOUTS["barrier"]) -> BenchResults:
     """Run the bench on every rank; rows land in ``sink`` as they are measured (a stopped bench keeps them).
 
     Raises what the cell ended with on this rank (KeyboardInterrupt for the stop button here,
     PeerFailedError when another rank stopped or failed).
     """
-    session.require_world("%dist_bench")
+    world = session.require_world("%dist_bench")
     ns = session.shell.user_ns
     ns[RESULTS_NAME] = sink
     try:
@@ -114,21 +137,22 @@ def run(session: Any, s: Spec, sink: list[dict[str, Any]], timeout: float = TIME
     finally:
         if ns.get(RESULTS_NAME) is sink:
             del ns[RESULTS_NAME]
-    error = cells.error_for(session.world, outcome)
+    error = cells.error_for(world, outcome)
     if error is not None:
         raise error
     return BenchResults(sink)
 
 
-def run_shown(session: Any, s: Spec) -> BenchResults:
+def run_shown(session: Benched, s: Spec) -> BenchResults:
     """:func:`run`, shown in this notebook: a status line, then the table (partial on a stop) and the plot."""
     from IPython.display import display
 
     from ..view.display import Message
     from .benchreport import BenchPlot, BenchTable, plot_png
 
-    world = session.world
-    where = (world.world_size, session.choice.backend, session.device)
+    world, choice = session.require_world("%dist_bench"), session.choice  # the magic required it already
+    assert choice is not None  # set as the rank joined, before its world
+    where = (world.world_size, choice.backend, session.device)
     heading = title(s, *where)
     handle = display(Message(f"nbdist: %dist_bench on {world.world_size} ranks: {s.describe()}…"), display_id=True)
     rows: list[dict[str, Any]] = []
@@ -176,7 +200,8 @@ def raw(name: str) -> Callable[..., Any]:
     import torch.distributed as dist
 
     fn = getattr(dist, name)
-    return getattr(fn, "__nbdist_original__", fn)
+    original: Callable[..., Any] = getattr(fn, "__nbdist_original__", fn)
+    return original
 
 
 def _step(op: str, count: int, dt: Any, device: Any, n: int, rank: int) -> Callable[[], None]:

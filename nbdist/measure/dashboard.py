@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import NbdistError, StoreConnectionError
 from ..ranksets import fold
@@ -262,7 +262,21 @@ def _title(world: World, when: float) -> str:
             f"{world.rank} · updated {time.strftime('%H:%M:%S', time.localtime(when))}")
 
 
-def snapshot(session: Any) -> str:
+class Watched(Protocol):
+    """What the dashboard reads and calls: the kernel's session, in these parts."""
+
+    @property
+    def shell(self) -> Any: ...  # IPython's, for its display publisher
+
+    @property
+    def world(self) -> World | None: ...  # read by the dashboard's thread: it stops when this changes
+
+    def require_world(self, what: str) -> World: ...
+
+    def stop_all(self) -> int: ...
+
+
+def snapshot(session: Watched) -> str:
     """One text snapshot of every rank, read now on the kernel's main thread (``%dist_dashboard --once``)."""
     world = session.require_world("%dist_dashboard")
     seen, stop = Reader(world.client, world).read()
@@ -273,7 +287,7 @@ def snapshot(session: Any) -> str:
 class Dashboard:
     """The live panel of one world: widgets, their text snapshot, and the thread that updates them."""
 
-    def __init__(self, session: Any, client: StoreClient, publisher: Any,
+    def __init__(self, session: Watched, client: StoreClient, publisher: Any,
                  stop_all: Callable[[], int], interval: float = UPDATE_EVERY) -> None:
         import ipywidgets as widgets
 
@@ -299,7 +313,7 @@ class Dashboard:
         self._thread = threading.Thread(target=self._run, name="nbdist-dashboard", daemon=True)
 
     @classmethod
-    def start(cls, session: Any) -> Dashboard:
+    def start(cls, session: Watched) -> Dashboard:
         """Draw the panel once, then keep it up to date from a thread (call on the kernel's main thread)."""
         world = session.require_world("%dist_dashboard")
         client = world.client.clone(op_timeout=STORE_TIMEOUT)
@@ -315,7 +329,7 @@ class Dashboard:
 
     # --- showing -----------------------------------------------------------
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle = self.widget._repr_mimebundle_()
+        bundle: dict[str, Any] = self.widget._repr_mimebundle_()
         bundle["text/plain"] = self._text  # where widgets do not render: the latest snapshot
         return bundle
 

@@ -5,7 +5,8 @@ kept in the store (``keys``) and the records kept under them, typed and validate
 read (``records``), rounds and joining (``rendezvous``, ``reach``), a formed world's
 barriers and peer checks (``world``), what a rank at a meeting does next (``meeting``)
 and what a meeting decided (``verdict``), heartbeats (``heartbeat``, ``pulse``), signed
-messages (``signing``) and this host's network facts (``netinfo``).
+messages (``signing``), this host's network facts (``netinfo``) and one kernel's link to
+the store: its server, connections, heartbeat and world (``link``).
 
 May import: ``nbdist.errors``, ``nbdist.config``, ``nbdist.ranksets``. It knows nothing of cells,
 backends, views or drivers.
