@@ -62,6 +62,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -271,16 +272,24 @@ def run_waiting(n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def main_waiting(args: argparse.Namespace) -> int:
-    """``--waiting``: store ops per rank per second of waiting, at each world size; prints, records nothing."""
-    print(load_note("at start"), flush=True)
-    summaries, failed = [], {}
+def each_size(args: argparse.Namespace, measure: Callable[[int, argparse.Namespace], list[dict[str, Any]]]
+              ) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    """``measure`` at every world size: the summaries, and why each size that failed did."""
+    summaries: list[dict[str, Any]] = []
+    failed: dict[int, str] = {}
     for n in sorted(args.sizes):
         try:
-            summaries.extend(run_waiting(n, args))
+            summaries.extend(measure(n, args))
         except Exception as exc:  # a kernel that did not start, a cell that failed: the other sizes still run
             failed[n] = f"{type(exc).__name__}: {exc}"
             print(f"FAILED at {n} ranks: {failed[n]}", file=sys.stderr, flush=True)
+    return summaries, failed
+
+
+def main_waiting(args: argparse.Namespace) -> int:
+    """``--waiting``: store ops per rank per second of waiting, at each world size; prints, records nothing."""
+    print(load_note("at start"), flush=True)
+    summaries, failed = each_size(args, run_waiting)
     print(f"\nstore ops per rank per second of waiting (rank 0 sleeps {args.waiting:g} s in the body):")
     print(f"{'N':>3} {'waits at':>10} {'workers median':>15} {'workers max':>12} {'rank 0':>8}")
     for s in summaries:
@@ -350,13 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         return main_waiting(args)
     began = begin()
     print(load_note("at start"), flush=True)
-    summaries, failed = [], {}
-    for n in sorted(args.sizes):
-        try:
-            summaries.append(run_size(n, args))
-        except Exception as exc:  # a kernel that did not start, a cell that failed: the other sizes still run
-            failed[n] = f"{type(exc).__name__}: {exc}"
-            print(f"FAILED at {n} ranks: {failed[n]}", file=sys.stderr, flush=True)
+    summaries, failed = each_size(args, lambda n, a: [run_size(n, a)])
     summary_table(summaries)
     lines = growth(summaries)
     print("\n" + "\n".join(lines))
