@@ -49,7 +49,8 @@ def distributed_failure(error: BaseException) -> bool:
 
 
 class Driving(Protocol):
-    """Whether this notebook drives followers (:class:`nbdist.drive.follow.Drive`, a layer above this one)."""
+    """Whether this notebook drives, and whether other ranks run only a driver's cells (followers, ``nbdist follow``
+    processes): :class:`nbdist.drive.follow.Drive`, a layer above this one."""
 
     holding: bool
 
