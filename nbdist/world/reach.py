@@ -34,6 +34,7 @@ def reach(cfg: WorldConfig, deadline: float, on_status: Callable[[Any], None] | 
         server = None
     local = is_local_address(host)
     token_refused: float | None = None
+    cut: float | None = None
     while True:
         state = probe(host, port)
         if state == "open":
@@ -46,14 +47,18 @@ def reach(cfg: WorldConfig, deadline: float, on_status: Callable[[Any], None] | 
             except TokenError as exc:
                 # The server's notebook may be restarting it with this token right now (both re-ran
                 # %%dist_init with a new one): try again for a few seconds before saying so.
-                now = time.monotonic()
-                token_refused = now if token_refused is None else token_refused
-                if now - token_refused > TOKEN_GRACE or now > deadline:
-                    raise
-                if on_status is not None:
-                    on_status(f"nbdist: {exc}; trying again for {TOKEN_GRACE:g} s, in case rank 0 is restarting "
-                              "its server with this notebook's token")
+                token_refused = _again(token_refused, exc, deadline, on_status,
+                                       f"nbdist: {exc}; trying again for {TOKEN_GRACE:g} s, in case rank 0 is "
+                                       "restarting its server with this notebook's token")
                 time.sleep(0.5)
+                continue
+            except StoreConnectionError as exc:
+                # It stopped answering while this rank connected: rank 0 may have closed it to start it again
+                # with a new token, and this connection reached the old one as it went.
+                cut = _again(cut, exc, deadline, on_status,
+                             f"nbdist: {str(exc).split(';')[0]} while this notebook connected; trying again for "
+                             f"{TOKEN_GRACE:g} s, in case rank 0 is restarting its server")
+                time.sleep(0.2)
                 continue
         if cfg.rank == 0 and state == "refused" and local:
             try:
@@ -69,6 +74,19 @@ def reach(cfg: WorldConfig, deadline: float, on_status: Callable[[Any], None] | 
             on_status({"world_size": cfg.world_size, "joined": {}, "missing": list(range(cfg.world_size)),
                        "elapsed": cfg.timeout - (deadline - time.monotonic()), "server": state})
         time.sleep(0.5)
+
+
+def _again(since: float | None, exc: Exception, deadline: float, on_status: Callable[[Any], None] | None,
+           message: str) -> float:
+    """When this kind of failure first came (``since``, kept): raise ``exc`` once it lasted TOKEN_GRACE or the
+    deadline passed, else show ``message``."""
+    now = time.monotonic()
+    since = now if since is None else since
+    if now - since > TOKEN_GRACE or now > deadline:
+        raise exc
+    if on_status is not None:
+        on_status(message)
+    return since
 
 
 def _restart_for_token(server: Server, session: str) -> None:
