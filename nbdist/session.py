@@ -429,8 +429,8 @@ class Session:
                 "gone": bool(beat and beat.get("gone")),
                 "busy": float((beat or {}).get("busy") or 0.0),
                 "heartbeat_age": age,
-                "last": last.get("what", ""),
-                "last_age": None if not last else max(0.0, now - last["t"]),
+                "last": "" if last is None else last.what,
+                "last_age": None if last is None else max(0.0, now - last.t),
                 "left": left,
             })
         return rows

@@ -19,6 +19,7 @@ from nbdist.cell import cells, history
 from nbdist.cell.fingerprint import differences
 from nbdist.drive import kernels
 from nbdist.view import trace
+from nbdist.world.records import Note
 
 from .conftest import lend, ok
 
@@ -147,11 +148,12 @@ def test_a_long_collective_is_noted_as_part_of_the_body_and_the_note_is_taken_ba
 
 def test_a_rank_waiting_for_a_comparison_in_the_body_is_at_work_in_the_cell():
     cell = "t/7"
-    assert cells.at_work(cell, {"what": "running %%collective #7", "body": cell})
-    assert cells.at_work(cell, {"what": "waiting at collective #3 (all_reduce) of this cell",
-                                "barrier": f"{cell}/fp/0/3"})
-    assert not cells.at_work(cell, {"what": "waiting at %%collective #7 (end)", "barrier": f"{cell}/out"})
-    assert not cells.at_work(cell, {"what": "running %%collective #6", "body": "t/6"})
+    assert cells.at_work(cell, Note("running %%collective #7", 1.0, body=cell))
+    assert cells.at_work(cell, Note("waiting at collective #3 (all_reduce) of this cell", 1.0,
+                                    barrier=f"{cell}/fp/0/3"))
+    assert not cells.at_work(cell, Note("waiting at %%collective #7 (end)", 1.0, barrier=f"{cell}/out"))
+    assert not cells.at_work(cell, Note("running %%collective #6", 1.0, body="t/6"))
+    assert not cells.at_work(cell, None)  # no note yet
 
 
 # --- pure logic -----------------------------------------------------------------------------

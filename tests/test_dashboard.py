@@ -14,7 +14,7 @@ from nbdist.drive import kernels
 from nbdist.measure import dashboard
 from nbdist.measure.dashboard import Reader, Seen, cell_of, failure_text, previous_cell, render_html, render_text, rows
 from nbdist.view import sanitize
-from nbdist.world.records import Failure
+from nbdist.world.records import Failure, Note
 from nbdist.world.world import World
 
 from .conftest import free_port, init_line, lend, ok, run_in_background
@@ -34,25 +34,25 @@ def _row(**seen: Any) -> dashboard.Row:
 # --- rows: pure --------------------------------------------------------------
 
 def test_a_live_idle_rank_shows_joined_its_heartbeat_age_host_device_and_what_it_did_last():
-    row = _row(beat=_beat(0.3), last={"what": "finished %%collective #3", "t": NOW - 12, "cell": 3})
+    row = _row(beat=_beat(0.3), last=Note("finished %%collective #3", NOW - 12, cell=3))
     assert (row.rank, row.state, row.heartbeat, row.host, row.device) == (0, "joined", "0.3 s ago", "vm", "cpu")
     assert row.doing == "idle · last: finished %%collective #3, 12 s ago"
     assert not row.trouble and row.error == ""
 
 
 def test_a_rank_in_a_collective_shows_the_cell_the_collective_number_and_op_and_for_how_long():
-    last = {"what": "inside collective #2 (all_reduce) of %%collective #5", "t": NOW - 3.25,
-            "collective": "collective #2 (all_reduce)"}
+    last = Note("inside collective #2 (all_reduce) of %%collective #5", NOW - 3.25,
+                collective="collective #2 (all_reduce)")
     assert _row(beat=_beat(), last=last).doing == "inside collective #2 (all_reduce) of %%collective #5 · 3.2 s"
 
 
 def test_a_rank_at_a_barrier_shows_which_one():
-    last = {"what": "waiting at %%collective #6 (start)", "t": NOW - 40, "barrier": "t/6/in"}
+    last = Note("waiting at %%collective #6 (start)", NOW - 40, barrier="t/6/in")
     assert _row(beat=_beat(), last=last).doing == "waiting at %%collective #6 (start) · 40 s"
 
 
 def test_a_wait_that_ended_without_a_note_is_shown_as_over_once_the_rank_runs_no_cell():
-    last = {"what": "waiting at %%collective #6 (start)", "t": NOW - 40, "barrier": "t/6/in"}
+    last = Note("waiting at %%collective #6 (start)", NOW - 40, barrier="t/6/in")
     assert _row(beat=_beat(), last=last, busy={"busy": False, "t": NOW - 30}).doing == \
         "idle · last: waiting at %%collective #6 (start), 40 s ago"
     # A "no cell runs" from before the note is older news: the rank is at the barrier.
@@ -60,7 +60,7 @@ def test_a_wait_that_ended_without_a_note_is_shown_as_over_once_the_rank_runs_no
 
 
 def test_a_rank_running_a_plain_cell_says_so_beside_its_last_note():
-    row = _row(beat=_beat(), last={"what": "joined", "t": NOW - 5}, busy={"busy": True, "t": NOW - 5})
+    row = _row(beat=_beat(), last=Note("joined", NOW - 5), busy={"busy": True, "t": NOW - 5})
     assert row.doing == "running a cell · last: joined, 5.0 s ago"
 
 
@@ -80,15 +80,15 @@ def test_ranks_that_left_died_or_went_silent_are_marked(seen, state, heartbeat):
 
 
 def test_a_rank_that_left_shows_nothing_it_does():
-    assert _row(left=True, last={"what": "left the world", "t": NOW}).doing == ""
+    assert _row(left=True, last=Note("left the world", NOW)).doing == ""
 
 
 def test_the_cell_a_note_is_about_comes_from_its_body_its_barrier_or_its_number():
-    assert cell_of({"what": "running %%collective #3", "body": "t/3", "cell": 3}) == "t/3"
-    assert cell_of({"what": "waiting", "barrier": "t/4/out"}) == "t/4"
-    assert cell_of({"what": "finished %%collective #2", "cell": 2}) == "t/2"
-    assert cell_of({"what": "waiting", "barrier": "t/1/fp/0/3"}) == "t/1"
-    assert cell_of({"what": "waiting", "barrier": "other/1"}) is None
+    assert cell_of(Note("running %%collective #3", NOW, body="t/3", cell=3)) == "t/3"
+    assert cell_of(Note("waiting", NOW, barrier="t/4/out")) == "t/4"
+    assert cell_of(Note("finished %%collective #2", NOW, cell=2)) == "t/2"
+    assert cell_of(Note("waiting", NOW, barrier="t/1/fp/0/3")) == "t/1"
+    assert cell_of(Note("waiting", NOW, barrier="other/1")) is None
     assert cell_of(None) is None
     assert previous_cell("t/4") == "t/3" and previous_cell("t/1") is None
 
@@ -100,7 +100,7 @@ def test_a_failure_reads_as_the_cell_and_what_happened_without_the_ranks_own_nam
 
 
 def test_the_text_snapshot_is_an_aligned_table_with_every_column():
-    table = rows([Seen(INFO, beat=_beat(), last={"what": "joined", "t": NOW}),
+    table = rows([Seen(INFO, beat=_beat(), last=Note("joined", NOW)),
                   Seen({**INFO, "host": "other-host"}, left=True)], NOW)
     text = render_text("title", table, ["last stop: stopped by rank 0"])
     lines = text.splitlines()

@@ -484,7 +484,7 @@ def _end_tick(world: World, cell: str, live: LiveTable, flags: Flags, started: f
         hang.tick()
     if not _within_max_time(flags, started):
         running = [world.describe(i) for i in range(world.world_size)
-                   if (world.client.get_json_if(world.key(keys.last(i))) or {}).get("body") == cell]
+                   if (last := world.note_of(i)) is not None and last.body == cell]
         raise MaxTimeError(f"--max-time {flags.max_time:g} s ran out with {', '.join(running) or 'a rank'} still "
                            "running its body")
 

@@ -506,10 +506,10 @@ class Checker:
                 )
 
 
-def at_work(cell: str, last: dict[str, Any]) -> bool:
+def at_work(cell: str, last: records.Note | None) -> bool:
     """Whether a rank's last note says it is still at work in ``cell``'s body: running it (inside a collective
     or not), or waiting in it for a collective's comparison."""
-    return last.get("body") == cell or str(last.get("barrier", "")).startswith(keys.comparing(cell))
+    return last is not None and (last.body == cell or (last.barrier or "").startswith(keys.comparing(cell)))
 
 
 def group_arg(params: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

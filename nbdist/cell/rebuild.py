@@ -208,8 +208,7 @@ class _Announcement:
             return
         self.said = True
         name = keys.arrival(self.step)
-        waiting = [f"{self.world.describe(i)} ({self.world.doing(i)})" for i in range(self.world.world_size)
-                   if i != self.world.rank
-                   and (self.world.client.get_json_if(self.world.key(keys.last(i))) or {}).get("barrier") != name]
+        waiting = [f"{self.world.describe(i)} ({self.world.doing_as(i, last)})" for i in range(self.world.world_size)
+                   if i != self.world.rank and ((last := self.world.note_of(i)) is None or last.barrier != name)]
         print(f"{self.what}; waiting for {'; '.join(waiting) or 'the others'}. The stop button ends the wait.",
               file=sys.stderr, flush=True)

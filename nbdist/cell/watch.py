@@ -354,17 +354,17 @@ class CellWatch:
         inside = self.checker.inside
         if inside is None and self._noted is not None:
             self._noted = None
-            self._note({"what": f"running {self.cell_label}"})
+            self._note(f"running {self.cell_label}")
             return
         if inside is None or inside == self._noted or time.monotonic() - inside[1] < LONG_COLLECTIVE:
             return
         self._noted = inside
-        self._note({"what": f"inside {inside[0]} of {self.cell_label}", "collective": inside[0]})
+        self._note(f"inside {inside[0]} of {self.cell_label}", inside[0])
 
-    def _note(self, record: dict[str, Any]) -> None:
-        body = {} if self.plain else {"body": self.cell}
+    def _note(self, what: str, collective: str | None = None) -> None:
+        note = records.Note(what, time.time(), body=None if self.plain else self.cell, collective=collective)
         try:
-            self.client.set_json(self.world.key(keys.last(self.world.rank)), {**record, "t": time.time(), **body})
+            self.client.set(self.world.key(keys.last(self.world.rank)), note.to_json())
         except StoreConnectionError as exc:
             log.info("could not note the collective: %s", exc)
 

@@ -57,7 +57,7 @@ class Seen:
     info: dict[str, Any]  # the rank's registration: host, device, pid, session
     left: bool = False
     beat: dict[str, Any] | None = None  # hb/<session>: {"n", "t", "busy", "gone"}
-    last: dict[str, Any] | None = None  # r/<round>/last/<rank>: {"what", "t", "barrier"?, "cell"?, "body"?}
+    last: records.Note | None = None  # r/<round>/last/<rank>
     busy: dict[str, Any] | None = None  # r/<round>/busy/<rank>: {"busy": bool, "t"}
     error: str = ""  # the last failure this rank caused, as shown
 
@@ -105,20 +105,19 @@ def _heartbeat(beat: dict[str, Any] | None, age: float | None, dead_after: float
     return f"{_seconds(age)} ago{held}"
 
 
-def _doing(last: dict[str, Any] | None, busy: dict[str, Any] | None, now: float) -> str:
+def _doing(last: records.Note | None, busy: dict[str, Any] | None, now: float) -> str:
     """What a rank does: a %%collective's number and what it is inside or waits at, else whether a cell runs.
 
     A note says what the rank began; ``busy`` (its guard's, every 0.2 s) says whether a cell still runs.
     A note of a wait or a body that is older than a "no cell runs" is over: its cell was stopped.
     """
     running = bool(busy and busy.get("busy"))
-    if not last:
+    if last is None:
         return "running a cell" if running else ""
-    what = str(last.get("what", ""))
-    noted = float(last.get("t", now))
+    what, noted = last.what, last.t
     since = _seconds(max(0.0, now - noted))
     over = busy is not None and not running and float(busy.get("t", 0.0)) >= noted
-    if (what.startswith(_IN_PROTOCOL) or "barrier" in last) and not over:
+    if (what.startswith(_IN_PROTOCOL) or last.barrier is not None) and not over:
         return f"{what} · {since}"
     if running:
         return f"running a cell · last: {what}, {since} ago"
@@ -140,16 +139,15 @@ def rows(seen: list[Seen], now: float, dead_after: float = DEAD_AFTER) -> list[R
     return out
 
 
-def cell_of(last: dict[str, Any] | None) -> str | None:
+def cell_of(last: records.Note | None) -> str | None:
     """The store name of the %%collective (the world's step) a rank's note is about ("t/3"), or None."""
-    if not last:
+    if last is None:
         return None
-    for key in ("body", "barrier"):
-        match = _CELL.match(str(last.get(key, "")))
+    for name in (last.body, last.barrier):
+        match = _CELL.match(name or "")
         if match:
             return match[1]
-    number = last.get("cell")
-    return keys.step(number) if isinstance(number, int) else None
+    return None if last.cell is None else keys.step(last.cell)
 
 
 def previous_cell(cell: str) -> str | None:
@@ -220,7 +218,7 @@ class Reader:
             self._failures[cell] = failure
         return self._failures[cell]
 
-    def errors(self, lasts: list[dict[str, Any] | None]) -> tuple[dict[int, str], str]:
+    def errors(self, lasts: list[records.Note | None]) -> tuple[dict[int, str], str]:
         """Each rank's latest failure among the cells the ranks are at (and before), and the world's last stop.
 
         A failure names the rank that caused it; one that names none (%dist_stop, a lost rank) is the world's.
@@ -245,7 +243,7 @@ class Reader:
         """Every rank's records, and the last failure of the world that no one rank caused (a stop, a lost rank)."""
         world, client = self.world, self.client
         ranks = list(world.ranks)
-        lasts = [client.get_json_if(world.key(keys.last(i))) for i in range(len(ranks))]
+        lasts = [records.Note.read(client.get_if(world.key(keys.last(i)))) for i in range(len(ranks))]
         errors, stop = self.errors(lasts)
         seen = []
         for i, info in enumerate(ranks):

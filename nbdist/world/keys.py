@@ -16,7 +16,8 @@ A round (``r/<r>/`` + the names below)::
     size, count, ready, joined    the round forming: its world size; slots claimed; set once all are; who joined
     error                         a reason every rank of the round must fail
     rank/<i>                      rank i's registration
-    last/<i>, busy/<i>            what rank i does (a barrier it waits at, the body it runs); whether a cell runs
+    last/<i>, busy/<i>            what rank i does (a :class:`.records.Note`: a barrier it waits at, the body it
+                                  runs); whether a cell runs
     left/<i>, left_n              rank i left the world; how many did
     gen                           the process group's generation: an older group is rebuilt at the next step
     turn                          the last step the world took (its next one is turn + 1)

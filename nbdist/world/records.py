@@ -15,6 +15,9 @@ record                key (:mod:`.keys`)                      written by, read b
                       ``plain/failed/<k>``                    (:mod:`nbdist.cell`); every rank, the dashboard
 :class:`Arrival`      ``t/<n>/rec/<i>``                       each rank at a step's meeting; the last to
                                                               arrive (:meth:`nbdist.world.world.World.meet`)
+:class:`Note`         ``last/<i>``                            each rank, what it last did; the others'
+                                                              waits and messages, %dist_status, the
+                                                              dashboard
 ====================  ======================================  ============================================
 
 Each keeps the JSON fields the store has always held (fields it does not know are read past), so kernels of
@@ -260,3 +263,46 @@ class Arrival:
         cell = (CellStart(hash=read.text("hash"), code=read.text("code"), pg=read.object("pg"),
                           flags=read.object("flags")) if kind == "cell" else None)
         return cls(kind=kind, label=read.text("label"), cell=cell)
+
+
+# --- last/<i>: what a rank last did ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Note:
+    """What a rank last did, in words (``what``), noted at ``t`` (``time.time()``), for the others' waits and
+    messages, ``%dist_status`` and the dashboard; replaced by the next, never removed.
+
+    ``barrier``: the store name of the barrier it waits at, ``then``: what to say instead once that barrier
+    opened (the rank notes again only when it runs on), ``turn``: the step that barrier is; ``cell``: the step of
+    the ``%%collective`` it runs or finished, ``body``: that cell's store name while it runs the body;
+    ``collective``: the torch collective it has been inside for long (its watch). Fields left None are left out
+    of the JSON.
+    """
+
+    what: str
+    t: float
+    barrier: str | None = None
+    then: str | None = None
+    turn: int | None = None
+    cell: int | None = None
+    body: str | None = None
+    collective: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in _value(self).items() if v is not None})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Note:
+        read = _Fields(json_object(text))
+        return cls(what=read.text("what"), t=read.time("t"), barrier=read.text("barrier", None),
+                   then=read.text("then", None), turn=read.count("turn") if "turn" in read.value else None,
+                   cell=read.count("cell") if "cell" in read.value else None, body=read.text("body", None),
+                   collective=read.text("collective", None))
+
+    @classmethod
+    def read(cls, text: str | None) -> Note | None:
+        """The note a rank's key holds, or None: none yet, or not a note (anyone can write there: read as none)."""
+        try:
+            return None if text is None else cls.from_json(text)
+        except MalformedRecord:
+            return None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..config import HEARTBEAT_INTERVAL
@@ -31,7 +31,7 @@ from . import keys, meeting
 from . import verdict as verdicts
 from .meeting import Cause, Leave, Next, Seen
 from .pulse import judge
-from .records import Arrival, MalformedRecord
+from .records import Arrival, MalformedRecord, Note
 from .store import StoreClient
 from .verdict import Verdict
 
@@ -178,7 +178,7 @@ class World:
     def meet(self, n: int, arrival: Arrival, timeout: float,
              verdict: Callable[[list[Arrival]], Verdict] | None = None,
              on_tick: Callable[[], None] | None = None,
-             working: Callable[[int, dict[str, Any]], bool] | None = None,
+             working: Callable[[int, Note | None], bool] | None = None,
              on_missed: Callable[[str], None] | None = None,
              on_arrive: Callable[[], None] | None = None) -> Verdict:
         """Meet every rank at step ``n``; returns the verdict it opened with (see :meth:`barrier`).
@@ -222,22 +222,27 @@ class World:
                             turn=n)
 
     # --- activity and health ----------------------------------------------
-    def note(self, what: str, **extra: Any) -> None:
-        """Record what this rank is doing, for other ranks' timeouts and status."""
-        self.client.set_json(self.key(keys.last(self.rank)), {"what": what, "t": time.time(), **extra})
+    def note(self, what: str, *, barrier: str | None = None, then: str | None = None, turn: int | None = None,
+             cell: int | None = None, body: str | None = None) -> None:
+        """Record what this rank is doing, for other ranks' timeouts and status (:class:`.records.Note`)."""
+        note = Note(what, time.time(), barrier=barrier, then=then, turn=turn, cell=cell, body=body)
+        self.client.set(self.key(keys.last(self.rank)), note.to_json())
 
-    def last(self, rank: int) -> dict[str, Any]:
+    def note_of(self, rank: int) -> Note | None:
+        """``rank``'s note as it is (None: none yet, or not a note)."""
+        return Note.read(self.client.get_if(self.key(keys.last(rank))))
+
+    def last(self, rank: int) -> Note | None:
         """What ``rank`` last recorded; a wait at a barrier that has opened since reads as passed it.
 
         A rank records its next activity only once it runs again, so right after a cell the
         slowest rank's record may still say it waits at the cell's end, which is over.
         """
-        last = self.client.get_json_if(self.key(keys.last(rank))) or {}
-        name, then = last.get("barrier"), last.get("then")
-        decided = verdicts.decode(self.client.get_if(self.key(keys.state(name)))) if name and then else None
-        if decided is not None and decided.opened:
-            return {**last, "what": then}
-        return last
+        last = self.note_of(rank)
+        if last is None or not last.barrier or not last.then:
+            return last
+        decided = verdicts.decode(self.client.get_if(self.key(keys.state(last.barrier))))
+        return replace(last, what=last.then) if decided is not None and decided.opened else last
 
     def check_world(self) -> None:
         """Raise if this round was superseded or failed, or a rank left (for every wait slice)."""
@@ -288,7 +293,7 @@ class World:
     # --- barriers -----------------------------------------------------------
     def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None,
                 verdict: Callable[[], Verdict] | None = None, members: list[int] | None = None,
-                working: Callable[[int, dict[str, Any]], bool] | None = None, turn: int | None = None,
+                working: Callable[[int, Note | None], bool] | None = None, turn: int | None = None,
                 then: str | None = None) -> Verdict:
         """Wait until every rank (or every one of ``members``) arrives at barrier ``name``, or fail naming who did not.
 
@@ -322,8 +327,7 @@ class World:
                     self.take_turn(turn)
                 state = verdicts.decode(self.client.compare_set(keys.state(base), "", decided.encode()))
             else:
-                self.note(f"waiting at {label}", barrier=name, then=then or f"passed {label}",
-                          **({} if turn is None else {"turn": turn}))
+                self.note(f"waiting at {label}", barrier=name, then=then or f"passed {label}", turn=turn)
                 state = self._wait_open(base, name, timeout, label, on_tick, members, working, turn)
         except KeyboardInterrupt as exc:  # wherever it lands (a store call defers it): nobody may wait for this rank
             user = type(exc) is KeyboardInterrupt
@@ -348,7 +352,7 @@ class World:
         return state
 
     def _wait_open(self, base: str, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None,
-                   members: list[int] | None, working: Callable[[int, dict[str, Any]], bool] | None,
+                   members: list[int] | None, working: Callable[[int, Note | None], bool] | None,
                    turn: int | None) -> Verdict | None:
         """Wait until the meeting is decided; each slice checks the world, the peers and the caller's tick, and
         :func:`nbdist.world.meeting.waiting` decides what the clock means. Leaving on its own, this rank closes it."""
@@ -417,58 +421,63 @@ class World:
         """Close barrier ``name`` with this rank's reason, whether or not this rank reached it."""
         return self._close(self.key(name), reason)
 
-    def _missing(self, name: str, members: list[int] | None) -> dict[int, dict[str, Any]]:
+    def _missing(self, name: str, members: list[int] | None) -> dict[int, Note | None]:
         """The last recorded activity of each rank that has not arrived at barrier ``name``."""
         ranks = [i for i in (range(self.world_size) if members is None else members) if i != self.rank]
-        return {i: last for i, last in self._lasts(ranks).items() if last.get("barrier") != name}
+        return {i: last for i, last in self._lasts(ranks).items() if last is None or last.barrier != name}
 
-    def _lasts(self, ranks: list[int]) -> dict[int, dict[str, Any]]:
-        """The notes of ``ranks`` ({}: none yet), as they are, in rank order: those of the ranks seen to have one
-        in one ``multi_get`` (a note is replaced, never removed), the others one by one until they have one."""
+    def _lasts(self, ranks: list[int]) -> dict[int, Note | None]:
+        """The notes of ``ranks`` (None: none yet, or not a note), as they are, in rank order: those of the ranks
+        seen to have one in one ``multi_get`` (a note is replaced, never removed), the others one by one until
+        they have one."""
         known = [i for i in ranks if i in self._noted]
         texts = self.client.multi_get([self.key(keys.last(i)) for i in known]) if known else []
-        found: dict[int, dict[str, Any]] = {i: json.loads(t) for i, t in zip(known, texts, strict=True)}
+        found: dict[int, Note | None] = {i: Note.read(t) for i, t in zip(known, texts, strict=True)}
         for i in ranks:
             if i not in found:
-                last = self.client.get_json_if(self.key(keys.last(i)))
-                if last is not None:
+                text = self.client.get_if(self.key(keys.last(i)))
+                if text is not None:
                     self._noted.add(i)
-                found[i] = last or {}
+                found[i] = Note.read(text)
         return {i: found[i] for i in ranks}
 
     def _missing_work(self, name: str, members: list[int] | None,
-                      working: Callable[[int, dict[str, Any]], bool]) -> bool:
+                      working: Callable[[int, Note | None], bool]) -> bool:
         """Whether every rank still missing is at work (see :meth:`barrier`); the peer checks vouch for its life."""
         missing = self._missing(name, members)
         return bool(missing) and all(working(i, last) for i, last in missing.items())
 
-    def busy_elsewhere(self, i: int, last: dict[str, Any]) -> bool:
+    def busy_elsewhere(self, i: int, last: Note | None) -> bool:
         """A ``working`` rule for barriers outside cells: rank ``i`` runs a cell, and waits at no barrier."""
         busy = self.client.get_json_if(self.key(keys.busy(i))) or {}
-        return bool(busy.get("busy")) and "barrier" not in last
+        return bool(busy.get("busy")) and (last is None or last.barrier is None)
 
     def _who_is_missing(self, name: str, timeout: float, label: str, members: list[int] | None = None) -> str:
         missing = []
         for i, last in self._lasts(list(range(self.world_size) if members is None else members)).items():
-            if last.get("barrier") == name:
+            if last is not None and last.barrier == name:
                 continue
-            missing.append(f"{self.describe(i)}; {self.doing(i, last)}")
+            missing.append(f"{self.describe(i)}; {self.doing_as(i, last)}")
         who = "; ".join(missing) or "none (they arrived as this rank gave up)"
         return f"{label}: not every rank arrived within {timeout:g} s. Missing: {who}"
 
-    def doing(self, i: int, last: dict[str, Any] | None = None) -> str:
+    def doing(self, i: int) -> str:
         """What rank ``i`` does now, in words, for the message of a wait that gives up on it."""
-        last = (self.client.get_json_if(self.key(keys.last(i))) or {}) if last is None else last
+        return self.doing_as(i, self.note_of(i))
+
+    def doing_as(self, i: int, last: Note | None) -> str:
+        """:meth:`doing`, from rank ``i``'s note as already read."""
         busy = self.client.get_json_if(self.key(keys.busy(i)))
         state = ""
-        if busy is not None and not busy.get("busy") and "barrier" not in last:
+        waits = last is not None and last.barrier is not None
+        if busy is not None and not busy.get("busy") and not waits:
             state = f"idle since {time.strftime('%H:%M:%S', time.localtime(busy.get('t', time.time())))}; "
-        elif busy is not None and busy.get("busy") and "barrier" not in last:
+        elif busy is not None and busy.get("busy") and not waits:
             state = "running a cell; "
-        if not last:
+        if last is None:
             return f"{state}no activity recorded"
-        ago = max(0.0, time.time() - last.get("t", time.time()))
-        return f"{state}last: {last.get('what', '?')}, {ago:.0f} s ago"
+        ago = max(0.0, time.time() - last.t)
+        return f"{state}last: {last.what}, {ago:.0f} s ago"
 
     def leave(self) -> None:
         """Tell the others this rank left (they see it in %dist_status)."""

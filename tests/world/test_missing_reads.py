@@ -13,14 +13,14 @@ def test_a_rank_with_no_note_yet_is_read_alone_and_counts_as_missing(two_worlds)
     waiting, _ = two_worlds
     for _ in range(2):
         before = COUNTS.snapshot()["kinds"].get("compare_set", [0])[0]
-        assert waiting._missing(BARRIER, None) == {1: {}}
+        assert waiting._missing(BARRIER, None) == {1: None}
         assert COUNTS.snapshot()["kinds"]["compare_set"][0] - before == 1  # one read, until it has a note
 
 
 def test_once_a_rank_has_a_note_every_look_reads_the_notes_in_one_multi_get(two_worlds):
     waiting, other = two_worlds
     other.note("running %%collective #1")
-    assert waiting._missing(BARRIER, None)[1]["what"] == "running %%collective #1"
+    assert waiting._missing(BARRIER, None)[1].what == "running %%collective #1"
     other.note("waiting at %%collective #1 (end)", barrier=BARRIER)
     before = COUNTS.snapshot()
     assert waiting._missing(BARRIER, None) == {}  # it arrived: read again, as it is now

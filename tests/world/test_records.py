@@ -144,3 +144,32 @@ def test_a_malformed_arrival_is_refused_with_its_why(text, why):
     with pytest.raises(MalformedRecord) as caught:
         records.Arrival.from_json(text)
     assert str(caught.value) == why
+
+
+def test_a_note_is_stored_as_the_note_always_was_its_unset_fields_left_out():
+    note = records.Note("waiting at %%collective #6 (start)", 12.5, barrier="t/6/in", then="passed it", turn=6)
+    assert note.to_json() == json.dumps({"what": "waiting at %%collective #6 (start)", "t": 12.5,
+                                         "barrier": "t/6/in", "then": "passed it", "turn": 6})
+    watched = records.Note("inside collective #2 (all_reduce) of %%collective #5", 3.0, body="t/5",
+                           collective="collective #2 (all_reduce)")
+    for each in (note, watched, records.Note("joined", 1), records.Note("finished %%collective #2", 2.0, cell=2)):
+        assert records.Note.from_json(each.to_json()) == each
+    # What the version before wrote, in its order, reads the same.
+    assert records.Note.from_json('{"what": "running %%collective #3", "t": 7, "cell": 3, "body": "t/3"}') == \
+        records.Note("running %%collective #3", 7.0, cell=3, body="t/3")
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ('{"t": 1}', "it has no 'what'"),
+    ('{"what": 3, "t": 1}', "its 'what' is 3, not text"),
+    ('{"what": "x", "t": "soon"}', "its 't' is \"soon\", not a time"),
+    ('{"what": "x", "t": 1, "barrier": 4}', "its 'barrier' is 4, not text"),
+    ('{"what": "x", "t": 1, "cell": true}', "its 'cell' is true, not a whole number"),
+    ('"joined"', "not a JSON object"),
+])
+def test_a_malformed_note_is_refused_with_its_why_and_read_as_none(text, why):
+    """Anyone who reaches the port can write a note: a wait's message then says no activity was recorded."""
+    with pytest.raises(MalformedRecord) as caught:
+        records.Note.from_json(text)
+    assert str(caught.value) == why
+    assert records.Note.read(text) is None and records.Note.read(None) is None

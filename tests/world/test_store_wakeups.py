@@ -8,10 +8,14 @@ import threading
 import time
 
 from nbdist.world import verdict as verdicts
+from nbdist.world.records import Note
 from nbdist.world.store import Server, connect
 from nbdist.world.world import World
 
 RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
+
+
+NONE = Note("no note", 0.0)
 
 
 def test_a_barrier_waits_on_while_another_client_reads_its_missing_state_key(port):
@@ -84,19 +88,19 @@ def test_a_rank_recorded_waiting_at_a_barrier_that_has_opened_reads_as_past_it(p
                                                                 then="finished %%collective #1"), daemon=True)
         t.start()
         deadline = time.monotonic() + 5
-        while "barrier" not in worlds[1].last(0) and time.monotonic() < deadline:
+        while (worlds[1].last(0) or NONE).barrier is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert worlds[1].last(0)["what"] == "waiting at %%collective #1 (end)"  # not open yet: still waiting
+        assert (worlds[1].last(0) or NONE).what == "waiting at %%collective #1 (end)"  # not open yet: still waiting
         assert worlds[1].barrier("g0/t/2", 30, "%%collective #1 (end)") == verdicts.GO
         t.join(5)
-        assert worlds[1].last(0)["what"] == "finished %%collective #1"  # as it will record
+        assert (worlds[1].last(0) or NONE).what == "finished %%collective #1"  # as it will record
         worlds[0].note("running %%collective #2")
         # TCPStore's set is not answered: another connection sees it a moment later.
         deadline = time.monotonic() + 5
-        while worlds[1].last(0)["what"] != "running %%collective #2" and time.monotonic() < deadline:
+        while (worlds[1].last(0) or NONE).what != "running %%collective #2" and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert worlds[1].last(0)["what"] == "running %%collective #2"  # its next record is shown as it is
-        assert worlds[0].last(1) == {}  # rank 1 opened it, recording nothing
+        assert (worlds[1].last(0) or NONE).what == "running %%collective #2"  # its next record is shown as it is
+        assert worlds[0].last(1) is None  # rank 1 opened it, recording nothing
     finally:
         for c in clients:
             c.close()
