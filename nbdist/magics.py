@@ -201,7 +201,7 @@ class DistMagics(Magics):
         try:
             outcome = self.session.collective(cell, flags)
         except (NbdistError, KeyboardInterrupt) as exc:
-            partial = getattr(exc, "outcome", None)
+            partial = cells.partial_of(exc)
             if partial is not None and world is not None:
                 self._show(partial)
             raise

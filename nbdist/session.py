@@ -32,14 +32,14 @@ from .cell.kernelturn import KernelTurn
 from .cell.plain import PlainNet
 from .cell.prestart import Window
 from .cell.stopper import Stopper
-from .cell.turn import Phase, Turn
+from .cell.turn import Turn
 from .config import HEARTBEAT_INTERVAL, WorldConfig
 from .debug import aids, postmortem
 from .drive import follow
 from .drive.driving import KernelDrive
 from .drive.slurm import SlurmJob
 from .drive.workers import Workers
-from .errors import JoinError, PeerFailedError, StoreConnectionError
+from .errors import JoinError, StoreConnectionError
 from .world import keys, link, netinfo, signing
 from .world.heartbeat import Heartbeat
 from .world.link import StoreLink
@@ -343,18 +343,10 @@ class Session:
             # A follower takes the generation its driver read a moment ago, and saves a round trip.
             gen = self.sync_generation(world, None if align is None else align[0])
             if align is None:
-                claimed = self.turn.step if self.turn.phase is Phase.CLAIMED else None
-                step = world.turn() if claimed is None else claimed
-                self.turn.claim(step)
-                try:
-                    turn.refuse_if_peer_did_not_start(world, step, source)
-                except PeerFailedError:
-                    self.turn.done()  # it decided at its start: no step of its own to close (after_cell)
-                    raise
-                with self.turn.stops.held():  # a press as the cell is published is taken once it is, whole
-                    self.drive.before(world, self.secret, "collective", source, follow.cell_flags(flags), step=step)
+                self.turn.starts(world, source, lambda step: self.drive.before(
+                    world, self.secret, "collective", source, follow.cell_flags(flags), step=step))
             else:
-                self.turn.claim(align[1])  # the driver's step, which it runs too
+                self.turn.follows(align[1])  # the driver's step, which it runs too
                 if self.guard is not None:
                     self.guard.new_cell()  # a stop sent during the driver's last cell is not for this one
             flags = dataclasses.replace(flags, view=flags.view or self.view)  # the cell's own, else this notebook's
@@ -374,7 +366,7 @@ class Session:
                      if (r.get("host"), r.get("pid")) == (marker.get("host"), marker.get("pid"))]
             owner = f"{world.describe(hosts[0])}, which hosts the rendezvous server" if hosts else "the server"
             failure = StoreConnectionError(f"lost contact with {owner}: {exc}")
-            failure.outcome = getattr(exc, "outcome", None)  # type: ignore[attr-defined]
+            cells.cut_short(failure, cells.partial_of(exc))
             raise failure from exc
 
     def _activate(self, checker: Any) -> None:
@@ -395,16 +387,11 @@ class Session:
         bar = turn.Turn(self.turn.stops)  # its own turn: a %dist_barrier may run inside another cell
         with bar.guarded(world, turn.BARRIER), bar.stops.held():  # a stop anywhere is taken where the turn can act
             self.sync_generation(world)
-            bar.claim(world.turn() if step is None else step)
-            n = bar.step
-            assert n is not None
-            if step is None:
-                try:  # another rank's barrier gave up this step before it was counted in: it waits for none
-                    turn.refuse_if_peer_did_not_start(world, n, turn.BARRIER)
-                except PeerFailedError:
-                    bar.done()
-                    raise
-                self.drive.before(world, self.secret, "barrier", flags={"timeout": timeout}, step=n)
+            if step is None:  # another rank's barrier that gave up this step before it was counted in fails it here
+                n = bar.starts(world, turn.BARRIER, lambda n: self.drive.before(
+                    world, self.secret, "barrier", flags={"timeout": timeout}, step=n))
+            else:
+                bar.follows(n := step)
             # A stop once every rank arrived has nothing left to stop: the barrier is passed.
             bar.meet(world, "barrier", f"%dist_barrier #{n}", None, timeout, working=world.busy_elsewhere,
                      on_missed=cells.say)

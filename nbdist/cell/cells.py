@@ -92,6 +92,22 @@ class Outcome:
     where: str | None = None  # where every rank was while the cell hung (nbdist.debug.hangs), if it asked
 
 
+_PARTIAL = "nbdist_partial_outcome"  # the one attribute by which an exception carries a cell's partial outcome
+
+
+def cut_short(exc: BaseException, outcome: Outcome | None) -> None:
+    """Let ``exc``, which cuts a cell short, carry what the ranks produced so far (:func:`partial_of` reads it), for
+    the magic to show beside the error. An attribute, since the stop button's KeyboardInterrupt is raised where it
+    lands and cannot be a class of nbdist's."""
+    setattr(exc, _PARTIAL, outcome)
+
+
+def partial_of(exc: BaseException) -> Outcome | None:
+    """What the ranks produced before ``exc`` cut a cell short (:func:`cut_short`), or None."""
+    got = getattr(exc, _PARTIAL, None)
+    return got if isinstance(got, Outcome) else None
+
+
 def _flags_text(flags: dict[str, Any]) -> str:
     words = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}" if isinstance(v, str) else f" {v:g}")
              for k, v in sorted(flags.items()) if v]
@@ -400,7 +416,7 @@ class _CellRun:
                 world.pg.distrust("the rendezvous server went away")
             failure = StoreConnectionError(reason.get("message", "the rendezvous server went away"))
             mine = [record if i == world.rank else None for i in range(world.world_size)]
-            failure.outcome = self.outcome(mine, reason, rebuilt)  # type: ignore[attr-defined]
+            cut_short(failure, self.outcome(mine, reason, rebuilt))
             raise failure
         error = record["error"]
         if error is not None and reason is None:
@@ -446,7 +462,7 @@ class _CellRun:
             partial = ([world.client.get_json_if(world.key(keys.out(cell, i))) for i in range(world.world_size)]
                        if self.shows_table else [json.loads(published) if i == world.rank else None
                                                  for i in range(world.world_size)])  # nobody draws its table
-            exc.outcome = self.outcome(partial, reason, rebuilt)  # type: ignore[union-attr]
+            cut_short(exc, self.outcome(partial, reason, rebuilt))
             raise
         self.turn.done()  # the cell ended on every rank
         world.note(f"finished {label}", cell=self.n)

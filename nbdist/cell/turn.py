@@ -285,6 +285,27 @@ class Turn:
         except StoreConnectionError:  # the cell itself will say so
             return
 
+    def starts(self, world: World, body: str, publish: Callable[[int], None]) -> int:
+        """This notebook's own ``%%collective`` (``body``: its source) or ``%dist_barrier`` (:data:`BARRIER`) reaches
+        nbdist's code: its step is the one ``pre_run_cell`` claimed (:meth:`cell_began`), else the world's next. A
+        peer that could not start this same cell or barrier at that step fails it at once, with its reason, taking
+        no step (:func:`refuse_if_peer_did_not_start`); otherwise ``publish(step)`` hands it to this notebook's
+        followers, a stop held until it is out whole. Returns the step."""
+        step = self.step if self.phase is Phase.CLAIMED and self.step is not None else world.turn()
+        self.claim(step)
+        try:
+            refuse_if_peer_did_not_start(world, step, body)
+        except PeerFailedError:
+            self.done()  # it decided at its start: no step of its own to close (cell_ended)
+            raise
+        with self.stops.held():  # a press as it is published is taken once it is, whole
+            publish(step)
+        return step
+
+    def follows(self, step: int) -> None:
+        """A followed ``%%collective`` or ``%dist_barrier`` (its driver's) reaches nbdist's code: the driver's step."""
+        self.claim(step)
+
     def cell_ended(self, world: World, event: CellEnded, catch_up: Callable[[], object]) -> None:
         """IPython's ``post_run_cell``: a ``%%collective`` stopped before its turn still takes it, closed
         (:func:`left_early`); without this the other ranks would wait for this one until their --timeout.

@@ -382,6 +382,6 @@ def run(session: FollowHost, follower: Follower, show: Shows) -> Ended:
 
 def _show_partial(show: Shows, exc: BaseException) -> None:
     """A cell cut short may still have every rank's table so far: show it."""
-    partial = getattr(exc, "outcome", None)
+    partial = cells.partial_of(exc)
     if partial is not None:
         show.outcome(partial)

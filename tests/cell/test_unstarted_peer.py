@@ -53,3 +53,32 @@ def test_otherwise_it_goes_to_meet_the_others(pair, case):
         late.last_turn = n - 1
     source = "y = RANK\n" if case == "another cell" else BODY
     turn.refuse_if_peer_did_not_start(late, n, source)  # does not raise
+
+
+def test_a_cell_starts_at_the_step_its_pre_run_cell_claimed_and_is_published_whole_before_a_stop(pair):
+    """Turn.starts: the step claimed as the cell began (the world may have moved since), published to followers with
+    the stop button held: a press meanwhile is taken once the cell is out, not in the middle."""
+    late, _ = pair
+    t = turn.Turn()
+    t.cell_began(late, "%%collective\nx = 1\n")
+    claimed = t.step
+    published: list[int] = []
+
+    def publish(step: int) -> None:
+        t.stops.press()  # the stop button, while the cell goes out
+        published.append(step)
+
+    late.take_turn(late.turn())  # another rank's step went by after pre_run_cell claimed this one
+    assert late.turn() == claimed + 1
+    with pytest.raises(KeyboardInterrupt):
+        t.starts(late, BODY, publish)
+    assert published == [claimed] and t.step == claimed
+
+
+def test_a_cell_whose_peer_could_not_start_it_fails_before_it_is_published(pair):
+    late, peer = pair
+    turn.abandon(peer, "interrupted its cell", interrupted=True, body=BODY)
+    t, published = turn.Turn(), []
+    with pytest.raises(PeerFailedError):
+        t.starts(late, BODY, published.append)
+    assert published == [] and t.phase is turn.Phase.DONE  # nothing of its own to close
