@@ -17,13 +17,13 @@ within moments of the others (they leave the start barrier together).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ..errors import NbdistError
@@ -31,6 +31,7 @@ from ..view.celltable import cell_table
 from ..view.shrink import fit
 from ..view.tracebacks import is_cell
 from ..world import keys
+from ..world.records import LivePart, MalformedRecord
 from ..world.world import World
 from .outputlog import OutputLog
 
@@ -64,17 +65,16 @@ def where(inside: tuple[str, float] | None, line: int | None) -> str:
 _COLLECTIVE = re.compile(r"collective #(\d+) \((\w+)\)")
 
 
-def _state(record: dict[str, Any] | None, running_for: float, sampled: str = "") -> str:
+def _state(part: LivePart | None, running_for: float, sampled: str = "") -> str:
     """A rank's state as this notebook shows it; ``sampled``: whether its place moved between two samples."""
-    if record is None or record.get("state") == "running":
-        place = (record or {}).get("where", "")
+    if part is None or part.state == "running":
+        place = "" if part is None else part.where
         if not place:
             return f"running {running_for:.0f} s"
         return f"running {running_for:.0f} s, {place}{sampled if not place.startswith('waits') else ''}"
-    wall = record.get("wall", 0.0)
-    if record.get("state") == "failed":
-        return f"failed after {wall:.1f} s: {record.get('why', '')}".rstrip(": ")
-    return f"finished in {wall:.1f} s, waiting for the others"
+    if part.state == "failed":
+        return f"failed after {part.wall:.1f} s: {part.why}".rstrip(": ")
+    return f"finished in {part.wall:.1f} s, waiting for the others"
 
 
 class LiveTable:
@@ -91,11 +91,11 @@ class LiveTable:
         self.started = time.monotonic()
         self.display_id: str | None = None  # set once the first live table is shown
         self._next = self.started + LIVE_AFTER
-        self._mine: dict[str, Any] = {"state": "running"}
+        self._mine = LivePart("running", [])  # its outputs are taken as it is published
         self._sent: tuple[int, str, str] = (-1, "", "")  # (output changes, state, where) last published
         self._listed = False  # whether this rank is in the cell's list of ranks that published a part
         self._count = 0  # the count of parts published, as this notebook last read it
-        self._others: dict[int, dict[str, Any]] = {}  # the other ranks' parts, as last read
+        self._others: dict[int, LivePart] = {}  # the other ranks' parts, as last read
         self._shown = ""
 
     def _key(self, rank: int) -> str:
@@ -104,8 +104,8 @@ class LiveTable:
     def finish(self, capture: dict[str, Any]) -> None:
         """The body ended on this rank: say so at once, if the others may be watching."""
         error = capture.get("error")
-        self._mine = {"state": "failed" if error else "finished", "wall": capture.get("wall", 0.0),
-                      "why": f"{error['ename']}" if error else ""}
+        self._mine = LivePart("failed" if error else "finished", [], wall=float(capture.get("wall", 0.0)),
+                              why=f"{error['ename']}" if error else "")
         if self.enabled and (self.display_id is not None or time.monotonic() >= self._next):
             self._publish(force=True)
 
@@ -122,15 +122,15 @@ class LiveTable:
             log.debug("live table not updated: %s", exc)
 
     def _publish(self, force: bool = False) -> None:
-        if self._mine["state"] == "running" and self.place is not None:
-            self._mine["where"] = self.place()
-        sent = (self.output.changes, self._mine["state"], self._mine.get("where", ""))
+        if self._mine.state == "running" and self.place is not None:
+            self._mine = replace(self._mine, where=self.place())
+        sent = (self.output.changes, self._mine.state, self._mine.where)
         if sent == self._sent and not force:
             return
         self._sent = sent
-        record = {**self._mine, "outputs": self.output.snapshot()}
+        part = replace(self._mine, outputs=self.output.snapshot())
         world = self.world
-        world.client.set(self._key(world.rank), fit(record, LIVE_BYTES))
+        world.client.set(self._key(world.rank), fit(part.as_dict(), LIVE_BYTES))
         if not self._listed:  # listed after its part is in: a reader reads listed parts only, all at once
             world.client.append(world.key(keys.live_ranks(self.cell)), f"{world.rank},")
             self._listed = True
@@ -138,7 +138,7 @@ class LiveTable:
         if count == self._count + 1:  # nobody else published since this notebook last read theirs: nothing to read
             self._count = count
 
-    def _read_others(self) -> dict[int, dict[str, Any]]:
+    def _read_others(self) -> dict[int, LivePart]:
         """The other ranks' parts: read again only when the count of parts published moved since the last look."""
         world = self.world
         count = world.client.add(world.key(keys.live_count(self.cell)), 0)
@@ -152,18 +152,16 @@ class LiveTable:
         others = {}
         for i, text in zip(ranks, texts, strict=True):
             try:
-                record = json.loads(text)
-            except ValueError:  # anyone can write into the store: not a part, so not shown
+                others[i] = LivePart.from_json(text)
+            except MalformedRecord:  # anyone can write into the store: not a part, so not shown
                 continue
-            if isinstance(record, dict):
-                others[i] = record
         self._others = others
         return others
 
-    def _sampled(self, rank: int, record: dict[str, Any] | None, now: float) -> str:
+    def _sampled(self, rank: int, part: LivePart | None, now: float) -> str:
         """Whether ``rank``'s place (its cell line, its output) changed between this notebook's samples, 0.5 s apart:
         `` (moving)``, `` (there for 3 s)``, or "" when first seen."""
-        place = f"{(record or {}).get('where', '')}\0{len(str((record or {}).get('outputs', [])))}"
+        place = "\0" if part is None else f"{part.where}\0{len(str(part.outputs))}"
         seen = self._places.get(rank)
         if seen is None or seen[0] != place:
             self._places[rank] = (place, now)
@@ -175,11 +173,11 @@ class LiveTable:
             return
         world = self.world
         others = self._read_others()
-        records: list[dict[str, Any] | None] = [  # None: not published yet (still running)
-            {**self._mine, "outputs": self.output.snapshot()} if i == world.rank else others.get(i)
+        parts: list[LivePart | None] = [  # None: not published yet (still running)
+            replace(self._mine, outputs=self.output.snapshot()) if i == world.rank else others.get(i)
             for i in range(world.world_size)]
-        captures = [r or {"outputs": []} for r in records]
-        states = [_state(r, now - self.started, self._sampled(i, r, now)) for i, r in enumerate(records)]
+        captures = [{"outputs": [] if p is None else p.outputs} for p in parts]
+        states = [_state(p, now - self.started, self._sampled(i, p, now)) for i, p in enumerate(parts)]
         table = cell_table(self.title, world.ranks, captures, states, view=self.view, show=self.show)
         bundle = table._repr_mimebundle_()
         if bundle["text/html"] == self._shown:

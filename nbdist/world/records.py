@@ -18,6 +18,9 @@ record                key (:mod:`.keys`)                      written by, read b
 :class:`Note`         ``last/<i>``                            each rank, what it last did; the others'
                                                               waits and messages, %dist_status, the
                                                               dashboard
+:class:`LivePart`     ``t/<n>/live/<i>``                      each rank, its part of a cell's live table;
+                                                              the notebooks that show it
+                                                              (:mod:`nbdist.cell.live`)
 ====================  ======================================  ============================================
 
 Each keeps the JSON fields the store has always held (fields it does not know are read past), so kernels of
@@ -96,6 +99,22 @@ class _Fields:
         if isinstance(got, bool) or not isinstance(got, (int, float)) or not got >= 0:  # not NaN either
             raise MalformedRecord(f"its {name!r} is {_shown(got)}, not a time", self.value)
         return float(got)
+
+    def number(self, name: str, default: Any = ...) -> float:
+        """A number (a whole one will do; ``true`` is not one)."""
+        if name not in self.value and default is not ...:
+            return float(default)
+        got = self.value.get(name)
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise MalformedRecord(f"its {name!r} is {_shown(got)}, not a number", self.value)
+        return float(got)
+
+    def objects(self, name: str) -> list[dict[str, Any]]:
+        """A list of JSON objects."""
+        got = self._get(name, list, "a list")
+        if not all(isinstance(v, dict) for v in got):
+            raise MalformedRecord(f"its {name!r} holds something other than JSON objects", self.value)
+        return list(got)
 
     def object(self, name: str) -> dict[str, Any]:
         got = self._get(name, dict, "a JSON object")
@@ -306,3 +325,33 @@ class Note:
             return None if text is None else cls.from_json(text)
         except MalformedRecord:
             return None
+
+
+# --- t/<n>/live/<i>: a rank's part of a cell's live table ------------------------------------------
+
+LIVE_STATES = ("running", "finished", "failed")
+
+
+@dataclass(frozen=True)
+class LivePart:
+    """One rank's part of a cell's live table: its ``state``, what its body printed and showed so far
+    (``outputs``, as :class:`nbdist.cell.outputlog.OutputLog` snapshots them), and, running, ``where`` its body is
+    (:func:`nbdist.cell.live.where`); ended, its body's ``wall`` seconds and, failed, ``why`` (the error's name).
+    Empty ``where`` and ``why`` and a zero ``wall`` are left out of the JSON."""
+
+    state: str
+    outputs: list[dict[str, Any]]
+    where: str = ""
+    wall: float = 0.0
+    why: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as the JSON object the store holds (before it is cut to size: :func:`nbdist.view.shrink.fit`)."""
+        value = _value(self)
+        return {k: v for k, v in value.items() if v or k in ("state", "outputs")}
+
+    @classmethod
+    def from_json(cls, text: str | None) -> LivePart:
+        read = _Fields(json_object(text))
+        return cls(state=read.one_of("state", LIVE_STATES), outputs=read.objects("outputs"),
+                   where=read.text("where", ""), wall=read.number("wall", 0.0), why=read.text("why", ""))

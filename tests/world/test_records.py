@@ -173,3 +173,26 @@ def test_a_malformed_note_is_refused_with_its_why_and_read_as_none(text, why):
         records.Note.from_json(text)
     assert str(caught.value) == why
     assert records.Note.read(text) is None and records.Note.read(None) is None
+
+
+def test_a_live_part_is_stored_as_it_always_was():
+    running = records.LivePart("running", [{"kind": "stdout", "text": "x\n"}], where="at cell line 3")
+    assert running.as_dict() == {"state": "running", "outputs": [{"kind": "stdout", "text": "x\n"}],
+                                 "where": "at cell line 3"}
+    failed = records.LivePart("failed", [], wall=1.5, why="ZeroDivisionError")
+    for part in (running, failed, records.LivePart("finished", [])):
+        assert records.LivePart.from_json(json.dumps(part.as_dict())) == part
+    assert records.LivePart.from_json('{"state": "finished", "outputs": [], "wall": 2}').wall == 2.0
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ('{"outputs": []}', "it has no 'state'"),
+    ('{"state": "done", "outputs": []}', "its 'state' is \"done\", not one of running, finished, failed"),
+    ('{"state": "running", "outputs": "x"}', "its 'outputs' is \"x\", not a list"),
+    ('{"state": "running", "outputs": [1]}', "its 'outputs' holds something other than JSON objects"),
+    ('{"state": "failed", "outputs": [], "wall": "1"}', "its 'wall' is \"1\", not a number"),
+])
+def test_a_malformed_live_part_is_refused_with_its_why(text, why):
+    with pytest.raises(MalformedRecord) as caught:
+        records.LivePart.from_json(text)
+    assert str(caught.value) == why
