@@ -388,6 +388,25 @@ def refuse_sent(world: World, step: object, reason: str) -> None:
     refusal.abort(world, reason, interrupted=False, body=None)
 
 
+@dataclass(frozen=True)
+class LateStart:
+    """What a rank reads as its cell reaches step ``n`` when step ``n - 1`` went by without it: that step's first
+    ``failure`` (None: none, or not a failure), and whether any rank ``waits`` at step ``n``'s meeting."""
+
+    failure: records.Failure | None
+    waits: bool
+
+
+def late_refusal(seen: LateStart, me: int, digest: str) -> records.Failure | None:
+    """The failure that refuses this rank's cell (``digest``: its body's, :func:`body_digest`) at its start, or
+    None (it goes on to meet the others at ``n``): another rank's same cell or barrier never started and closed
+    step ``n - 1``, and nobody has come to step ``n`` since (a rank that ran its cell again waits there)."""
+    failure = seen.failure
+    if failure is None or failure.rank == me or failure.unstarted != digest or seen.waits:
+        return None
+    return failure
+
+
 def refuse_if_peer_did_not_start(world: World, n: int, source: str) -> None:
     """Fail at once when another rank's same cell could not start, and closed its step before this rank read ``n``.
 
@@ -400,12 +419,11 @@ def refuse_if_peer_did_not_start(world: World, n: int, source: str) -> None:
     once: run again before the other rank has, its cell goes to meet it at ``n``.
     """
     if world.last_turn is None or n - 1 <= world.last_turn:
-        return
-    cell = step_name(n - 1)
-    failure = records.Failure.read(world.client.get_if(world.key(keys.failed(cell))))
-    if failure is None or failure.rank == world.rank or failure.unstarted != body_digest(source):
-        return
-    if world.client.get_if(world.key(keys.arrivals(keys.arrival(n)))) not in (None, "0"):
+        return  # it met step n - 1, or it has just joined: nothing went by without it
+    failure = records.Failure.read(world.client.get_if(world.key(keys.failed(step_name(n - 1)))))
+    arrived = world.client.get_if(world.key(keys.arrivals(keys.arrival(n)))) if failure is not None else None
+    failure = late_refusal(LateStart(failure, arrived not in (None, "0")), world.rank, body_digest(source))
+    if failure is None:
         return
     label = f"%dist_barrier #{n - 1}" if source == BARRIER else f"%%collective #{n - 1} (start)"
     world.last_turn = n - 1  # told once: its next cell meets the others at ``n``, however soon it runs

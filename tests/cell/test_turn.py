@@ -8,9 +8,23 @@ import signal
 import pytest
 from IPython.core.error import UsageError
 
-from nbdist.cell.turn import CellEnded, Closing, Leaving, Phase, StopButton, Turn, closing, left_early, takes_stop
+from nbdist.cell.turn import (
+    CellEnded,
+    Closing,
+    LateStart,
+    Leaving,
+    Phase,
+    StopButton,
+    Turn,
+    body_digest,
+    closing,
+    late_refusal,
+    left_early,
+    takes_stop,
+)
 from nbdist.errors import DriveError
 from nbdist.world import verdict as verdicts
+from nbdist.world.records import Failure
 from nbdist.world.verdict import Kind, Verdict
 
 
@@ -101,3 +115,20 @@ def test_a_press_held_while_a_cell_begins_is_left_to_the_caller():
 ])
 def test_a_collective_that_ended_with_an_error_leaves_its_step_with_its_reason(raw, error, expected):
     assert left_early(CellEnded.of(raw, error)) == expected
+
+
+def _unstarted(rank: int, body: str) -> Failure:
+    return Failure(rank, "interrupted", f"rank {rank} (h, pid 9) interrupted its cell", body_digest(body))
+
+
+@pytest.mark.parametrize(("failure", "waits", "refused"), [
+    (_unstarted(1, "x = 1"), False, True),  # the peer's same cell never started, nobody at step n: refused
+    (_unstarted(1, "x = 1"), True, False),  # the peer ran it again and waits at n: meet it there
+    (_unstarted(1, "y = 2"), False, False),  # another cell's: this one goes on
+    (_unstarted(0, "x = 1"), False, False),  # its own
+    (Failure(1, "error", "rank 1 raised", None), False, False),  # a cell that started, then failed
+    (None, False, False),  # no failure at step n - 1
+])
+def test_a_rank_late_to_a_cell_is_refused_at_its_start_only_for_a_peers_same_unstarted_cell(failure, waits, refused):
+    got = late_refusal(LateStart(failure, waits), me=0, digest=body_digest(" x = 1\n"))  # the body as its magic gets it
+    assert got == (failure if refused else None)
