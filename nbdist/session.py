@@ -43,6 +43,7 @@ from .errors import JoinError, StoreConnectionError
 from .world import keys, link, netinfo, signing
 from .world.heartbeat import Heartbeat
 from .world.link import StoreLink
+from .world.pulse import beat_from
 from .world.store import Server, StoreClient
 from .world.world import World
 
@@ -189,6 +190,7 @@ class Session:
             "cann": choice.npu.cann,
             "agreed": envplan.agreed_values(choice.backend, self.env_plan, choice.npu),
             "env": setup.env_lines(self.env_plan),
+            "keeps_beat": True,  # its heartbeat stays in the store once it stops (the others read it with the rest)
         }
         world = self.link.join(me, cfg, on_status, deadline)
         problems = envplan.disagreements(world.ranks)
@@ -407,7 +409,7 @@ class Session:
         now = time.time()
         for i, info in enumerate(world.ranks):
             last = world.last(i)
-            beat = world.client.get_json_if(keys.heartbeat(info["session"]))
+            beat = beat_from(world.client.get_if(keys.heartbeat(info["session"])))
             left = world.client.check([world.key(keys.left(i))])
             age = None if beat is None else max(0.0, now - beat["t"])
             rows.append({

@@ -31,6 +31,7 @@ from ..cell import cells, turn
 from ..errors import DriveError, JoinError, NbdistError, StoreConnectionError, WorldChangedError
 from ..ranksets import fold
 from ..world import keys, records, signing
+from ..world.pulse import beat_from
 from ..world.world import UNBOUNDED, World
 
 CLAIM, SEQ, FOLLOWERS, REFUSED = keys.DRIVE_CLAIM, keys.DRIVE_SEQ, keys.DRIVE_FOLLOWERS, keys.DRIVE_REFUSED
@@ -72,7 +73,7 @@ def _alive(world: World, who: dict[str, Any]) -> bool:
     rank = who.get("rank", -1)
     if not 0 <= rank < len(world.ranks) or world.ranks[rank].get("session") != who.get("session"):
         return False
-    beat = world.client.get_json_if(keys.heartbeat(who["session"])) or {}
+    beat = beat_from(world.client.get_if(keys.heartbeat(who["session"]))) or {}
     return not beat.get("gone")
 
 

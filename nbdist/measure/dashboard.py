@@ -34,7 +34,7 @@ from ..ranksets import fold
 from ..view.display import CELL_STYLE, DIFF_STYLE, GROUP_ABOVE, TABLE_STYLE
 from ..view.numbers import fold_alike
 from ..world import keys, records
-from ..world.pulse import BUSY_AFTER
+from ..world.pulse import BUSY_AFTER, beat_from
 from ..world.store import StoreClient
 from ..world.world import DEAD_AFTER, World
 
@@ -249,7 +249,7 @@ class Reader:
         for i, info in enumerate(ranks):
             seen.append(Seen(
                 info=info, left=client.check([world.key(keys.left(i))]),
-                beat=client.get_json_if(keys.heartbeat(info["session"])), last=lasts[i],
+                beat=beat_from(client.get_if(keys.heartbeat(info["session"]))), last=lasts[i],
                 busy=client.get_json_if(world.key(keys.busy(i))), error=errors.get(i, ""),
             ))
         return seen, stop

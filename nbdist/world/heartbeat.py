@@ -10,7 +10,7 @@ from collections.abc import Callable
 from ..config import HEARTBEAT_INTERVAL
 from ..errors import StoreConnectionError
 from . import keys
-from .pulse import Pulse
+from .pulse import STOPPED, Pulse
 from .store import StoreClient
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,9 @@ class Heartbeat:
             log.exception("nbdist heartbeat: a chore failed")
 
     def stop(self) -> None:
-        """Stop beating (the pulse too, without it saying "gone") and remove the key; idempotent."""
+        """Stop beating (the pulse too, without it saying "gone") and leave a last beat that no longer moves, never
+        removed: a peer reads the beats it has seen in one ``multi_get`` (:class:`nbdist.world.world.PeerTracker`),
+        which would wait for a removed one. Idempotent."""
         if self._stop.is_set():
             return
         self._stop.set()
@@ -84,7 +86,7 @@ class Heartbeat:
         if self.pulse is not None:
             self.pulse.stop()
         try:
-            self._client.delete(self._key)
+            self._client.set_json(self._key, {"n": STOPPED, "t": time.time(), "rank": self._rank})
         except StoreConnectionError:
-            log.debug("server gone; heartbeat key not removed")
+            log.debug("server gone; last heartbeat not written")
         self._client.close()

@@ -120,6 +120,19 @@ class WireClient:
             ) from exc
 
 
+STOPPED = "stopped"  # the "n" of the last beat of a heartbeat stopped on purpose (Heartbeat.stop): it stays
+
+
+def beat_from(text: str | None) -> dict[str, Any] | None:
+    """A heartbeat as read from the store: None when there is none, when its kernel stopped it on purpose (it left
+    its last beat, which no longer moves), or when the text is not a beat (anyone can write into the store)."""
+    try:
+        beat = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    return beat if isinstance(beat, dict) and beat.get("n") != STOPPED else None
+
+
 def judge(beat: dict[str, Any] | None, moved_ago: float, dead_after: float) -> tuple[str, float]:
     """What a peer's beat says: ("gone", 0), ("dead", moved_ago), ("busy", seconds) or ("alive", 0).
 

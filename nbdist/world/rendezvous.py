@@ -19,6 +19,7 @@ from ..config import POLL_INTERVAL
 from ..errors import JoinError, WaitTimeout, WorldChangedError
 from ..ranksets import ranks_text
 from . import keys
+from .pulse import beat_from
 from .store import StoreClient
 from .world import World, current_round
 
@@ -190,17 +191,18 @@ def any_alive(client: StoreClient, sessions: list[str], window: float = 2.5) -> 
 def alive_sessions(client: StoreClient, sessions: list[str], window: float = 2.5,
                    first_only: bool = False) -> set[str]:
     """The sessions whose heartbeats move within ``window`` seconds (and do not say "gone")."""
-    first = {s: client.get_json_if(keys.heartbeat(s)) for s in sessions}
+    first = {s: beat_from(client.get_if(keys.heartbeat(s))) for s in sessions}
     pending = [s for s in sessions if not (first[s] or {}).get("gone")]  # its pulse saw the kernel end
     alive: set[str] = set()
     deadline = time.monotonic() + window
     while pending and time.monotonic() < deadline:
         time.sleep(POLL_INTERVAL)
         for s in list(pending):
-            now = client.get_json_if(keys.heartbeat(s))
+            now = beat_from(client.get_if(keys.heartbeat(s)))
             if now is None or now.get("gone"):
                 continue
-            if first[s] is None or now.get("n") != first[s].get("n"):
+            was = first[s]
+            if was is None or now.get("n") != was.get("n"):
                 alive.add(s)
                 pending.remove(s)
                 if first_only:

@@ -30,7 +30,7 @@ from ..ranksets import who_said
 from . import keys, meeting
 from . import verdict as verdicts
 from .meeting import Cause, Leave, Next, Seen
-from .pulse import judge
+from .pulse import beat_from, judge
 from .records import Arrival, MalformedRecord, Note
 from .store import StoreClient
 from .verdict import Verdict
@@ -85,13 +85,29 @@ class PeerTracker:
         self.ranks = ranks
         self._peers = {i: r["session"] for i, r in enumerate(ranks) if i != me}
         self._seen: dict[int, tuple[Any, float]] = {}
+        # Peers whose beat is in the store and stays there (a kernel of this version leaves its last beat when it
+        # stops: Heartbeat.stop): read together, in one multi_get, which would wait for a key that is not there.
+        self._kept: set[int] = set()
+
+    def beats(self, client: StoreClient) -> dict[int, dict[str, Any] | None]:
+        """Each peer's beat (:func:`.pulse.beat_from`): those known to stay in one ``multi_get``, the others one by
+        one until theirs is seen (one that registered without ``keeps_beat``, of the version before, every time)."""
+        kept = [i for i in self._peers if i in self._kept]
+        texts = client.multi_get([keys.heartbeat(self._peers[i]) for i in kept]) if kept else []
+        beats = {i: beat_from(t) for i, t in zip(kept, texts, strict=True)}
+        for i, session in self._peers.items():
+            if i not in beats:
+                text = client.get_if(keys.heartbeat(session))
+                if text is not None and self.ranks[i].get("keeps_beat") is True:
+                    self._kept.add(i)
+                beats[i] = beat_from(text)
+        return beats
 
     def dead(self, client: StoreClient) -> list[tuple[int, str]]:
         """(rank, why) of the ranks that are gone or unreachable."""
         now = time.monotonic()
         gone = []
-        for i, session in self._peers.items():
-            beat = client.get_json_if(keys.heartbeat(session))
+        for i, beat in self.beats(client).items():
             n = None if beat is None else beat.get("n")
             last_n, since = self._seen.get(i, (n, now))
             if n != last_n or i not in self._seen:

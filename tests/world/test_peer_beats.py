@@ -1,0 +1,67 @@
+"""A waiting rank reads its peers' heartbeats at a constant cost (issue 34, item 6): once a peer's beat is seen, and
+the peer said at its join that its beat stays (``keeps_beat``: a heartbeat stopped on purpose leaves its last beat),
+every look reads the beats in one ``multi_get``. Real server, real TCP, a real Heartbeat with its pulse process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nbdist.world import pulse
+from nbdist.world.heartbeat import Heartbeat
+from nbdist.world.store import COUNTS, Server, connect
+from nbdist.world.world import PeerTracker
+
+RANKS = [{"session": f"s{i}", "keeps_beat": True} for i in range(4)]
+RANKS[3] = {"session": "s3"}  # a kernel of the version before: it removes its beat when it stops
+
+
+@pytest.fixture
+def client(port):
+    server = Server("127.0.0.1", port)
+    client = connect("127.0.0.1", port)
+    yield client
+    client.close()
+    server.stop()
+
+
+def beat(client, i: int, n: int) -> None:
+    client.set(f"hb/s{i}", json.dumps({"n": n, "t": 1.0, "rank": i, "busy": 0.0}))
+
+
+def moved(look):
+    before = COUNTS.snapshot()
+    got = look()
+    return got, COUNTS.delta(before, COUNTS.snapshot())["kinds"]
+
+
+def test_the_beats_seen_are_read_together_the_others_one_by_one(client):
+    tracker = PeerTracker(RANKS, 0)
+    beat(client, 1, 1)
+    beats, kinds = moved(lambda: tracker.beats(client))
+    assert beats[1]["n"] == 1 and beats[2] is None and beats[3] is None
+    assert set(kinds) == {"compare_set"} and kinds["compare_set"][0] == 3  # one read each
+    for i in (2, 3):
+        beat(client, i, 1)
+    tracker.beats(client)
+    beats, kinds = moved(lambda: tracker.beats(client))
+    assert [beats[i]["n"] for i in (1, 2, 3)] == [1, 1, 1]
+    assert kinds["multi_get"][0] == 1 and kinds["compare_set"][0] == 1  # ranks 1 and 2 together; rank 3 alone
+
+
+def test_a_stopped_heartbeat_stays_and_reads_as_none_and_the_look_does_not_wait(client, port):
+    tracker = PeerTracker(RANKS[:2], 0)
+    hb = Heartbeat(connect("127.0.0.1", port), "s1", 1)
+    try:
+        deadline = pulse.time.monotonic() + 30
+        while tracker.beats(client)[1] is None:  # its first beat (the pulse's, or the thread's)
+            assert pulse.time.monotonic() < deadline, "no beat within 30 s"
+            pulse.time.sleep(0.05)
+        assert 1 in tracker._kept  # noqa: SLF001 (what the next look reads together)
+    finally:
+        hb.stop()
+    assert json.loads(client.get("hb/s1"))["n"] == pulse.STOPPED  # left in the store, no longer moving
+    beats, kinds = moved(lambda: tracker.beats(client))
+    assert beats == {1: None} and kinds["multi_get"][0] == 1  # read with the rest, at once; a stopped beat is none
+    assert pulse.beat_from("not json") is None and pulse.beat_from('{"n": 3}') == {"n": 3}
