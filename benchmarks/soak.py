@@ -37,6 +37,7 @@ import os
 import random
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -169,6 +170,18 @@ class World:
         for k in reversed(self.kernels):
             k.shutdown()
 
+    def where(self, mark: str) -> None:
+        """Where every rank is (``nbdist where``), printed to stderr: what a hang report needs to be replayed."""
+        command = [sys.executable, "-m", "nbdist", "where", "--master-addr", "127.0.0.1", "--master-port",
+                   str(self.port), "--threads"]
+        env = {**os.environ, **({"NBDIST_TOKEN": self.token} if self.token else {})}
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+            print(f"--- where every rank was when {mark} hung ({self.mode}):\n{done.stdout}{done.stderr}",
+                  file=sys.stderr, flush=True)
+        except subprocess.TimeoutExpired:
+            print(f"--- nbdist where did not answer within 60 s ({self.mode}, {mark})", file=sys.stderr, flush=True)
+
     def interrupt(self, which: int) -> None:
         self.kernels[which].interrupt()
 
@@ -186,6 +199,7 @@ class World:
         if not wait_all(cells, NORMAL_DEADLINE + 5):
             figures.hangs += 1
             figures.notes.append(f"normal cell {mark} hung")
+            self.where(mark)
             return False
         if any(c.result.status != "ok" for c in cells):
             figures.out_of_step += 1
