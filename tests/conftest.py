@@ -132,7 +132,7 @@ def _as_loaded(pool: SimpleNamespace) -> list[kernels.Kernel]:
                     ok([k.execute("%load_ext nbdist", timeout=60)])
             return pool.kernels
         except (AssertionError, RuntimeError, TimeoutError):
-            pass
+            pass  # a kernel that will not be put back (still busy, a restore that failed) is replaced below
     for k in reversed(pool.kernels):
         k.shutdown()
     pool.kernels, pool.loaded = [], []
