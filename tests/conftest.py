@@ -109,11 +109,56 @@ def shared_world(n: int = 2) -> Iterator[SimpleNamespace]:
             k.shutdown()
 
 
+@pytest.fixture(scope="session")
+def two_kernels() -> Iterator[SimpleNamespace]:
+    """Two kernels with nbdist loaded, kept for the session and lent to one module at a time by :func:`shared`
+    (starting kernels and importing torch is what makes a world slow to form). ``kernels`` is empty until the
+    first module asks, and again after a module left one of them dead; ``loaded`` is each one's state right
+    after its ``%load_ext``."""
+    pool = SimpleNamespace(kernels=[], loaded=[])
+    yield pool
+    for k in reversed(pool.kernels):  # rank 0 hosts the server: stop it last
+        k.shutdown()
+
+
+def _as_loaded(pool: SimpleNamespace) -> list[kernels.Kernel]:
+    """The pool's kernels as they were after ``%load_ext nbdist``: no world, no server, a new session, the
+    namespace and environment put back; or new kernels where one is gone or will not be put back."""
+    if pool.kernels and all(k.manager.is_alive() for k in pool.kernels):
+        try:
+            for k, loaded in zip(pool.kernels, pool.loaded, strict=True):
+                restore_kernel_state(k, loaded, reload_nbdist=True)
+                if k.execute(_LOADED, timeout=60).text().strip() != "True":  # a test ran %unload_ext
+                    ok([k.execute("%load_ext nbdist", timeout=60)])
+            return pool.kernels
+        except (AssertionError, RuntimeError, TimeoutError):
+            pass  # a kernel that will not be put back (still busy, a restore that failed) is replaced below
+    for k in reversed(pool.kernels):
+        k.shutdown()
+    pool.kernels, pool.loaded = [], []
+    ks = kernels.start(2)
+    pool.kernels = ks  # shut down at the session's end even if loading fails
+    ok(kernels.execute_all(ks, "%load_ext nbdist", timeout=60))
+    pool.loaded = [kernel_state(k) for k in ks]
+    return ks
+
+
+_LOADED = "'DistMagics' in get_ipython().magics_manager.registry"
+
+
 @pytest.fixture(scope="module")
-def shared() -> Iterator[SimpleNamespace]:
-    """One two-rank world per test module that asks for it (see :func:`shared_world`)."""
-    with shared_world(2) as world:
-        yield world
+def shared(two_kernels: SimpleNamespace) -> Iterator[SimpleNamespace]:
+    """A two-rank world of its own for each test module that asks for it, formed on a new port in the
+    session's two kernels (:func:`two_kernels`), each put back as it was after ``%load_ext`` first and
+    again when the module is done (so no world lingers while other modules run): what :func:`shared_world`
+    gives, without starting kernels."""
+    ks = _as_loaded(two_kernels)
+    port = free_port()
+    form(ks, port)
+    try:
+        yield SimpleNamespace(kernels=ks, port=port, baselines=[kernel_state(k) for k in ks])
+    finally:
+        _as_loaded(two_kernels)
 
 
 def lend(shared: SimpleNamespace, probe: str | None = None) -> Iterator[list[kernels.Kernel]]:

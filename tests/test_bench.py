@@ -30,7 +30,7 @@ from nbdist.measure.benchreport import (
     row,
 )
 
-from .conftest import lend, pid_gone, run_in_background
+from .conftest import lend, pid_gone, run_in_background, shared_world
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ROWS = "__import__('json').dumps(list(r))"
@@ -172,6 +172,14 @@ def _check_rows(rows: list[dict], ops: tuple[str, ...], sizes: tuple[int, ...], 
         assert r["count"] * 4 == r["size"] and r["dtype"] == "float32"
         assert math.isclose(r["algbw_gbps"], r["size"] / (r["time_us"] * 1e-6) / 1e9, rel_tol=1e-9)
         assert math.isclose(r["busbw_gbps"], r["algbw_gbps"] * EXPECTED_FACTORS[n][r["op"]], rel_tol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def shared():
+    """This module's own world, in two new kernels rather than the session's: a test checks that %dist_bench
+    leaves ``matplotlib.pyplot`` unimported, which a kernel that other modules drew in has imported already."""
+    with shared_world(2) as world:
+        yield world
 
 
 @pytest.fixture
