@@ -30,6 +30,7 @@ this version and the one before read each other's records.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
@@ -125,6 +126,14 @@ class _Fields:
         if got not in allowed:
             raise MalformedRecord(f"its {name!r} is {_shown(got)}, not one of {', '.join(allowed)}", self.value)
         return got
+
+
+def _or_none(parse: Callable[[str], _T], text: str | None) -> _T | None:
+    """``parse(text)``, or None when the key is unset or its text is not the record (for readers that ignore it)."""
+    try:
+        return None if text is None else parse(text)
+    except MalformedRecord:
+        return None
 
 
 def _value(record: Any, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -232,10 +241,7 @@ class Failure:
     @classmethod
     def read(cls, text: str | None) -> Failure | None:
         """The failure a step's key holds, or None: unset, or not a failure (anyone can write there: ignored)."""
-        try:
-            return None if text is None else cls.from_json(text)
-        except MalformedRecord:
-            return None
+        return _or_none(cls.from_json, text)
 
     @classmethod
     def from_dict(cls, value: dict[str, Any]) -> Failure:
@@ -321,10 +327,7 @@ class Note:
     @classmethod
     def read(cls, text: str | None) -> Note | None:
         """The note a rank's key holds, or None: none yet, or not a note (anyone can write there: read as none)."""
-        try:
-            return None if text is None else cls.from_json(text)
-        except MalformedRecord:
-            return None
+        return _or_none(cls.from_json, text)
 
 
 # --- t/<n>/live/<i>: a rank's part of a cell's live table ------------------------------------------
