@@ -336,8 +336,10 @@ class World:
         base = self.key(name)
         expected = self.world_size if members is None else len(members)
         try:
-            # The last to arrive opens it: nobody waits for its note.
+            # The last to arrive opens it. Nobody waits for its note, but it is written as a waiter's is, so that
+            # what it did reads as ``then`` once the barrier opened (a status read before its next note).
             if meeting.arrived(self.client.add(keys.arrivals(base), 1), expected) is Next.DECIDE:
+                self.note(f"waiting at {label}", barrier=name, then=then or f"passed {label}", turn=turn)
                 decided = verdict() if verdict is not None else verdicts.GO
                 if turn is not None:
                     self.take_turn(turn)
