@@ -56,7 +56,7 @@ from ..view import trace
 from ..view.shrink import fit
 from ..world import keys
 from ..world import verdict as verdicts
-from ..world.records import Arrival, CellStart
+from ..world.records import Arrival, Capture, CellStart
 from ..world.store import StoreClient
 from ..world.verdict import Verdict
 from ..world.world import World, step_name
@@ -459,7 +459,8 @@ class _CellRun:
         except (NbdistError, KeyboardInterrupt) as exc:
             if world.pg is not None:
                 world.pg.distrust(f"the end of {label} was not reached by every rank")
-            partial = ([world.client.get_json_if(world.key(keys.out(cell, i))) for i in range(world.world_size)]
+            partial = ([Capture.read(world.client.get_if(world.key(keys.out(cell, i))))
+                        for i in range(world.world_size)]
                        if self.shows_table else [json.loads(published) if i == world.rank else None
                                                  for i in range(world.world_size)])  # nobody draws its table
             cut_short(exc, self.outcome(partial, reason, rebuilt))

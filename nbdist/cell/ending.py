@@ -26,6 +26,7 @@ from typing import Any
 
 from ..backend import procgroup
 from ..world import keys
+from ..world.records import Capture
 from ..world.verdict import Kind, Verdict
 from ..world.world import World
 from . import history
@@ -78,19 +79,10 @@ def decode(opened: Verdict, world_size: int) -> Found | None:
     return Found(distrusted or None, mismatch_ or None, tuple(sorted(set(failed))))
 
 
-def parsed(text: str) -> dict[str, Any] | None:
-    """A rank's record as the store holds it; None if it is not one (anyone can write into the store)."""
-    try:
-        record = json.loads(text)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def read(world: World, cell: str, ranks: list[int]) -> list[dict[str, Any] | None]:
     """The records of ``ranks`` at ``cell``'s end, in one read (every rank published its record before it arrived)."""
     texts = world.client.multi_get([world.key(keys.out(cell, i)) for i in ranks]) if ranks else []
-    return [parsed(t) for t in texts]
+    return [Capture.read(t) for t in texts]
 
 
 def records(world: World, cell: str, opened: Verdict, own: dict[str, Any], everyone: bool,

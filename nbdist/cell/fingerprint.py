@@ -157,8 +157,9 @@ class Published:
     time a rank comes in, whatever the world's size (issue 34, item 6).
     """
 
-    def __init__(self, count: str, key: Callable[[int], str]) -> None:
+    def __init__(self, count: str, key: Callable[[int], str], read: Callable[[str | None], Any]) -> None:
         self._count, self._key = count, key  # both as the store client takes them (in the world's round)
+        self._read = read  # a key's text (None: unset) as its value; None: unset, or not the record (anyone's text)
         self._seen = 0
         self.found: dict[int, Any] = {}  # rank -> its published value (parsed JSON)
 
@@ -169,7 +170,7 @@ class Published:
             self._seen = n
             for i in ranks:
                 if i not in self.found:
-                    value = client.get_json_if(self._key(i))
+                    value = self._read(client.get_if(self._key(i)))
                     if value is not None:
                         self.found[i] = value
         return self.found
@@ -177,7 +178,7 @@ class Published:
 
 def ended(world: World, cell: str) -> Published:
     """The ranks' records at ``cell``'s end (:func:`nbdist.world.keys.out`), by the count of those that ended it."""
-    return Published(world.key(keys.ended(cell)), lambda i: world.key(keys.out(cell, i)))
+    return Published(world.key(keys.ended(cell)), lambda i: world.key(keys.out(cell, i)), records.Capture.read)
 
 
 class Checker:
@@ -408,7 +409,8 @@ class Checker:
         who = ranks if ranks is not None else list(range(world.world_size))
         others = [i for i in who if i != world.rank]
         if self._late is None or self._late[0] != base:
-            self._late = (base, Published(world.key(keys.arrivals(base)), lambda i: world.key(keys.member(base, i))))
+            self._late = (base, Published(world.key(keys.arrivals(base)), lambda i: world.key(keys.member(base, i)),
+                                             records.object_or_none))
         theirs = self._late[1].look(client, others)
         fps = {world.rank: fp, **{i: theirs[i] for i in others if i in theirs}}
         problems = differences(fps)

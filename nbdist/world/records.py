@@ -21,6 +21,10 @@ record                key (:mod:`.keys`)                      written by, read b
 :class:`LivePart`     ``t/<n>/live/<i>``                      each rank, its part of a cell's live table;
                                                               the notebooks that show it
                                                               (:mod:`nbdist.cell.live`)
+:class:`Capture`      ``t/<n>/out/<i>``                       each rank, its record of a ``%%collective`` at
+                                                              its end; every notebook that shows its table,
+                                                              the ranks that wait for it
+                                                              (:mod:`nbdist.cell.ending`)
 ====================  ======================================  ============================================
 
 Each keeps the JSON fields the store has always held (fields it does not know are read past), so kernels of
@@ -32,7 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ..errors import NbdistError
 
@@ -59,6 +63,11 @@ def json_object(text: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise MalformedRecord("not a JSON object")
     return value
+
+
+def object_or_none(text: str | None) -> dict[str, Any] | None:
+    """``text`` as a JSON object, or None: unset, or not one (for a value of no schema of its own)."""
+    return _or_none(json_object, text)
 
 
 def _shown(value: Any) -> str:
@@ -358,3 +367,126 @@ class LivePart:
         read = _Fields(json_object(text))
         return cls(state=read.one_of("state", LIVE_STATES), outputs=read.objects("outputs"),
                    where=read.text("where", ""), wall=read.number("wall", 0.0), why=read.text("why", ""))
+
+
+# --- t/<n>/out/<i>: a rank's record of a %%collective at its end -----------------------------------
+
+OUTPUT_KINDS = ("stdout", "stderr", "note", "display")
+_NUMBER = float  # in a shape: an int or a float, never JSON's true or false
+
+
+class _Object:
+    """The shape of a JSON object: the fields it must have and those it may have, each with its shape; fields
+    not named are read past (a later version's)."""
+
+    def __init__(self, must: dict[str, Any], may: dict[str, Any] | None = None) -> None:
+        self.must, self.may = must, may or {}
+
+
+def _why_not(value: Any, shape: Any, name: str) -> str | None:
+    """Why ``value`` (the record's ``name``) does not have ``shape``; None when it does.
+
+    A shape is ``str``, ``int``, ``bool`` or ``_NUMBER``; ``[shape]``, a list of them; ``{str: shape}``, an object
+    of them; an :class:`_Object`; or ``None``, anything.
+    """
+    if shape is None:
+        return None
+    if isinstance(shape, _Object):
+        if not isinstance(value, dict):
+            return f"{name} is {_shown(value)}, not a JSON object"
+        for field in shape.must:
+            if field not in value:
+                return f"{name} has no {field!r}"
+        for field, inner in {**shape.must, **shape.may}.items():
+            if field in value and (why := _why_not(value[field], inner, f"{name}[{field!r}]")):
+                return why
+        return None
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"{name} is {_shown(value)}, not a list"
+        return next((why for i, v in enumerate(value) if (why := _why_not(v, shape[0], f"{name}[{i}]"))), None)
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return f"{name} is {_shown(value)}, not a JSON object"
+        return next((why for k, v in value.items() if (why := _why_not(v, shape[str], f"{name}[{k!r}]"))), None)
+    if shape is _NUMBER:
+        fits = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        fits = isinstance(value, shape) and (shape is bool or not isinstance(value, bool))
+    what = {str: "text", int: "a whole number", bool: "true or false", _NUMBER: "a number"}[shape]
+    return None if fits else f"{name} is {_shown(value)}, not {what}"
+
+
+_BUNDLE = {str: str}  # a MIME bundle: text by MIME type (images as base64), as nbdist passes them on
+_TEXT_OUTPUT = _Object({"kind": str, "text": str})
+_DISPLAY_OUTPUT = _Object({"kind": str, "data": _BUNDLE})
+_ERROR = _Object({"ename": str, "evalue": str},
+                 {"traceback": str, "short": str, "where": str, "interrupted": bool, "consequence": bool})
+_GROUP_STATE = _Object({"ok": bool}, {"why": str, "groups": [str], "calls": {str: int}, "seq": {str: int}})
+_CHECKS = _Object({"groups": {str: _Object({"n": int, "h": int, "runs": [[int]]}, {"truncated": bool})},
+                   "sigs": {str: {str: None}}})
+_TRACED = _Object({"group": str, "seq": int, "op": str, "enter": _NUMBER, "leave": _NUMBER}, {"bytes": int})
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One rank's record of a ``%%collective`` at its end (:mod:`nbdist.cell.ending`), read by every notebook
+    that shows the cell's table and by the ranks that wait for it (a rank that ended its body publishes it).
+
+    ``outputs``: what its body printed and showed, in order, each ``{"kind": "stdout"|"stderr"|"note", "text"}``
+    or ``{"kind": "display", "data": bundle}`` (a bundle: text by MIME type); ``result``: the body's value as a
+    bundle; ``error``: what it raised (``ename``, ``evalue``, and ``traceback``, ``short``, ``where``; whether it
+    was ``interrupted``, or a ``consequence`` of the cell being cut); ``wall``: the body's seconds; ``rank``;
+    ``collectives``: how many of each it issued; ``pg``: its process group's state
+    (:meth:`nbdist.backend.procgroup.ProcessGroup.state`); ``checks``: its collectives' histories, for the end's
+    comparison; ``trace``: its traced calls; ``cancelled``: why the cell was cut short here. The views take the
+    record as its JSON object (:meth:`as_dict`), as it was published: fields left None are left out.
+    """
+
+    outputs: list[dict[str, Any]]
+    result: dict[str, str] | None
+    error: dict[str, Any] | None
+    wall: float
+    rank: int | None = None
+    collectives: dict[str, int] | None = None
+    pg: dict[str, Any] | None = None
+    checks: dict[str, Any] | None = None
+    trace: list[dict[str, Any]] | None = None
+    cancelled: str | None = None
+
+    _SHAPES: ClassVar[dict[str, Any]] = {"rank": int, "collectives": {str: int}, "pg": _GROUP_STATE,
+                                         "checks": _CHECKS, "trace": [_TRACED], "cancelled": str}
+
+    def as_dict(self) -> dict[str, Any]:
+        value = _value(self)
+        return {k: v for k, v in value.items() if v is not None or k in ("result", "error")}
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Capture:
+        read = _Fields(value)
+        outputs = read.objects("outputs")
+        for i, out in enumerate(outputs):
+            kind = out.get("kind")
+            if kind not in OUTPUT_KINDS:
+                raise MalformedRecord(f"its 'outputs'[{i}]['kind'] is {_shown(kind)}, not one of "
+                                      f"{', '.join(OUTPUT_KINDS)}", value)
+            if why := _why_not(out, _DISPLAY_OUTPUT if kind == "display" else _TEXT_OUTPUT, f"its 'outputs'[{i}]"):
+                raise MalformedRecord(why, value)
+        for name, shape in (("result", _BUNDLE), ("error", _ERROR), *cls._SHAPES.items()):
+            if value.get(name) is not None and (why := _why_not(value[name], shape, f"its {name!r}")):
+                raise MalformedRecord(why, value)
+        if "result" not in value or "error" not in value:
+            raise MalformedRecord(f"it has no {'result' if 'result' not in value else 'error'!r}", value)
+        return cls(outputs=outputs, result=value["result"], error=value["error"], wall=read.number("wall"),
+                   **{name: value.get(name) for name in cls._SHAPES})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Capture:
+        return cls.from_dict(json_object(text))
+
+    @classmethod
+    def read(cls, text: str | None) -> dict[str, Any] | None:
+        """The record a rank published, as its JSON object, or None: none yet, or not a record (anyone can write
+        there: read as none, which every table shows as a rank that sent no result)."""
+        capture = _or_none(cls.from_json, text)
+        return None if capture is None else capture.as_dict()

@@ -25,7 +25,8 @@ def _end_as_cells_does(world: World, error: dict | None) -> None:
         message = f"{world.describe(world.rank)} raised {error['ename']}: {error['evalue']}"
         publish_failure(world.client, world, CELL, {"rank": world.rank, "kind": "error", "message": message})
     world.client.set(world.key(f"{CELL}/out/{world.rank}"),
-                     json.dumps({"error": error, "collectives": {}, "outputs": []}))
+                     json.dumps({"outputs": [], "result": None, "error": error, "wall": 0.1,
+                                "collectives": {}}))
     world.client.add(world.key(keys.ended(CELL)), 1)
 
 

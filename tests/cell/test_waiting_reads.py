@@ -31,7 +31,8 @@ def ops() -> int:
 
 def end_body(world, cell: str, collectives: int) -> None:
     """What a rank does as its body ends (nbdist.cell.cells): its record in, then its arrival at the end counted."""
-    record = {"rank": world.rank, "error": None, "collectives": {"0": collectives} if collectives else {}}
+    record = {"outputs": [], "result": None, "error": None, "wall": 0.1, "rank": world.rank,
+              "collectives": {"0": collectives} if collectives else {}}
     world.client.set(world.key(keys.out(cell, world.rank)), json.dumps(record))
     world.client.add(world.key(keys.ended(cell)), 1)
 
@@ -75,6 +76,20 @@ def test_a_rank_that_ended_after_the_collective_is_not_named_until_a_later_one(p
     checker._peer_finished("0", 1, FP, None)  # it issued #1: no mismatch
     with pytest.raises(CollectiveMismatchError, match="after 1 collective"):
         checker._peer_finished("0", 2, FP, None)  # read from the record already found, no read again
+
+
+def test_a_record_that_is_not_one_is_not_found_and_the_real_one_is_read_when_the_count_moves_again(pair):
+    """Anyone can write a rank's record: a waiting collective's watch reads it as not there, never fails on it."""
+    waiting, other, cell = pair
+    checker = Checker(waiting, cell, timeout=60.0, params={})
+    for garbage in ("not json", '{"collectives": "many"}'):
+        other.client.set(other.key(keys.out(cell, 1)), garbage)
+        other.client.add(other.key(keys.ended(cell)), 1)
+        checker._peer_finished("0", 1, FP, None)  # not read as a rank that ended without the collective
+        assert checker._ended.found == {}
+    end_body(other, cell, collectives=0)
+    with pytest.raises(CollectiveMismatchError, match="after 0 collective"):
+        checker._peer_finished("0", 1, FP, None)
 
 
 class Shown:
