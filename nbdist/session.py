@@ -411,12 +411,12 @@ class Session:
             last = world.last(i)
             beat = beat_from(world.client.get_if(keys.heartbeat(info["session"])))
             left = world.client.check([world.key(keys.left(i))])
-            age = None if beat is None else max(0.0, now - beat["t"])
+            age = None if beat is None else max(0.0, now - beat.t)
             rows.append({
                 **info,
-                "alive": beat is not None and age is not None and age < 5 * HEARTBEAT_INTERVAL and not beat.get("gone"),
-                "gone": bool(beat and beat.get("gone")),
-                "busy": float((beat or {}).get("busy") or 0.0),
+                "alive": beat is not None and age is not None and age < 5 * HEARTBEAT_INTERVAL and not beat.gone,
+                "gone": beat is not None and beat.gone,
+                "busy": 0.0 if beat is None else beat.busy,
                 "heartbeat_age": age,
                 "last": "" if last is None else last.what,
                 "last_age": None if last is None else max(0.0, now - last.t),

@@ -14,6 +14,7 @@ from nbdist.drive import kernels
 from nbdist.measure import dashboard
 from nbdist.measure.dashboard import Reader, Seen, cell_of, failure_text, previous_cell, render_html, render_text, rows
 from nbdist.view import sanitize
+from nbdist.world.pulse import Beat
 from nbdist.world.records import Failure, Note
 from nbdist.world.world import World
 
@@ -23,8 +24,11 @@ NOW = 1_000_000.0
 INFO = {"host": "vm", "device": "cpu", "pid": 7, "session": "s0"}
 
 
-def _beat(ago: float = 0.3, **extra: Any) -> dict[str, Any]:
-    return {"n": 4, "t": NOW - ago, **extra}
+BEAT = {"n": 4, "t": NOW - 0.3}  # a beat as the store holds it
+
+
+def _beat(ago: float = 0.3, **extra: Any) -> Beat:
+    return Beat(4, NOW - ago, **extra)
 
 
 def _row(**seen: Any) -> dashboard.Row:
@@ -165,7 +169,7 @@ def test_the_reader_finds_each_ranks_last_failure_and_the_worlds_last_stop():
         "r/3/last/1": {"what": "waiting at %%collective #5 (start)", "t": NOW, "barrier": "t/5/in"},
         "r/3/t/3/failed": {"rank": 1, "kind": "error", "message": "rank 1 (vm, pid 11) raised KeyError: 'x'"},
         "r/3/t/4/failed": {"rank": -1, "kind": "stopped", "message": "stopped by rank 0 (vm, pid 10)"},
-        "hb/s0": _beat(), "hb/s1": _beat(), "r/3/left/1": {"t": NOW},
+        "hb/s0": BEAT, "hb/s1": BEAT, "r/3/left/1": {"t": NOW},
     })
     reader = Reader(store, _world(store))  # type: ignore[arg-type]
     seen, stop = reader.read()
@@ -190,7 +194,7 @@ class FakePublisher:
 
 
 def _panel(stop_all: Any = None) -> tuple[dashboard.Dashboard, FakeStore, FakePublisher, SimpleNamespace]:
-    store = FakeStore({"hb/s0": _beat(), "hb/s1": _beat(), "r/3/last/1": {"what": "joined", "t": time.time()}})
+    store = FakeStore({"hb/s0": BEAT, "hb/s1": BEAT, "r/3/last/1": {"what": "joined", "t": time.time()}})
     world = _world(store)
     session = SimpleNamespace(world=world, require_world=lambda what: world)
     publisher = FakePublisher()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from nbdist.world import pulse, store
-from nbdist.world.pulse import Pulse, WireClient, judge
+from nbdist.world.pulse import Beat, Pulse, WireClient, beat_from, judge
 
 from .conftest import free_port
 
@@ -393,17 +393,17 @@ def test_pulse_says_gone_and_exits_0_when_its_pipe_closes(master: Master, key: s
 @pytest.mark.parametrize(
     ("beat", "moved_ago", "verdict"),
     [
-        ({"n": 4, "busy": 0.4}, 0.8, ("alive", 0.0)),
-        ({"n": 4, "busy": 2.0}, 0.8, ("alive", 0.0)),
-        ({"n": 4, "busy": 12.3}, 0.8, ("busy", 12.3)),
-        ({"n": 4, "busy": 0.4}, 6.0, ("dead", 6.0)),
-        ({"n": 4, "busy": 12.3}, 6.0, ("dead", 6.0)),  # a stale beat proves nothing about being busy
-        ({"n": 5, "gone": True}, 0.1, ("gone", 0.0)),
-        ({"n": 5, "gone": True}, 60.0, ("gone", 0.0)),  # the last word stays
-        ({"n": 3, "t": 1.0}, 0.5, ("alive", 0.0)),  # an old-style heartbeat has no "busy"
+        (Beat(4, 1.0, busy=0.4), 0.8, ("alive", 0.0)),
+        (Beat(4, 1.0, busy=2.0), 0.8, ("alive", 0.0)),
+        (Beat(4, 1.0, busy=12.3), 0.8, ("busy", 12.3)),
+        (Beat(4, 1.0, busy=0.4), 6.0, ("dead", 6.0)),
+        (Beat(4, 1.0, busy=12.3), 6.0, ("dead", 6.0)),  # a stale beat proves nothing about being busy
+        (Beat(5, 1.0, gone=True), 0.1, ("gone", 0.0)),
+        (Beat(5, 1.0, gone=True), 60.0, ("gone", 0.0)),  # the last word stays
+        (beat_from('{"n": 3, "t": 1.0}'), 0.5, ("alive", 0.0)),  # an old-style heartbeat has no "busy"
         (None, 1.0, ("alive", 0.0)),  # not beaten yet, still within the grace
         (None, 9.0, ("dead", 9.0)),
     ],
 )
-def test_judge_reads_a_beat(beat: dict | None, moved_ago: float, verdict: tuple[str, float]) -> None:
+def test_judge_reads_a_beat(beat: Beat | None, moved_ago: float, verdict: tuple[str, float]) -> None:
     assert judge(beat, moved_ago, dead_after=5.0) == verdict

@@ -73,8 +73,8 @@ def _alive(world: World, who: dict[str, Any]) -> bool:
     rank = who.get("rank", -1)
     if not 0 <= rank < len(world.ranks) or world.ranks[rank].get("session") != who.get("session"):
         return False
-    beat = beat_from(world.client.get_if(keys.heartbeat(who["session"]))) or {}
-    return not beat.get("gone")
+    beat = beat_from(world.client.get_if(keys.heartbeat(who["session"])))
+    return beat is None or not beat.gone
 
 
 @dataclass

@@ -34,7 +34,7 @@ from ..ranksets import fold
 from ..view.display import CELL_STYLE, DIFF_STYLE, GROUP_ABOVE, TABLE_STYLE
 from ..view.numbers import fold_alike
 from ..world import keys, records
-from ..world.pulse import BUSY_AFTER, beat_from
+from ..world.pulse import BUSY_AFTER, Beat, beat_from
 from ..world.store import StoreClient
 from ..world.world import DEAD_AFTER, World
 
@@ -56,7 +56,7 @@ class Seen:
 
     info: dict[str, Any]  # the rank's registration: host, device, pid, session
     left: bool = False
-    beat: dict[str, Any] | None = None  # hb/<session>: {"n", "t", "busy", "gone"}
+    beat: Beat | None = None  # hb/<session>
     last: records.Note | None = None  # r/<round>/last/<rank>
     busy: dict[str, Any] | None = None  # r/<round>/busy/<rank>: {"busy": bool, "t"}
     error: str = ""  # the last failure this rank caused, as shown
@@ -86,21 +86,21 @@ def _seconds(value: float) -> str:
 def _state(seen: Seen, age: float | None, dead_after: float) -> str:
     if seen.left:
         return "left"
-    if seen.beat is not None and seen.beat.get("gone"):
+    if seen.beat is not None and seen.beat.gone:
         return "gone"
     if age is None or age > dead_after:
         return "not responding"
     return "joined"
 
 
-def _heartbeat(beat: dict[str, Any] | None, age: float | None, dead_after: float) -> str:
+def _heartbeat(beat: Beat | None, age: float | None, dead_after: float) -> str:
     if beat is None or age is None:
         return "none"
-    if beat.get("gone"):
+    if beat.gone:
         return "gone: its kernel exited"
     if age > dead_after:
         return f"none for {_seconds(age)}"
-    busy = float(beat.get("busy") or 0.0)
+    busy = beat.busy
     held = f" · Python held {_seconds(busy)}" if busy > BUSY_AFTER else ""  # inside one long C call
     return f"{_seconds(age)} ago{held}"
 
@@ -128,7 +128,7 @@ def rows(seen: list[Seen], now: float, dead_after: float = DEAD_AFTER) -> list[R
     """One row per rank from what the store held; ``now`` is ``time.time()`` (the records' clock)."""
     out = []
     for rank, s in enumerate(seen):
-        age = None if s.beat is None else max(0.0, now - float(s.beat.get("t", now)))
+        age = None if s.beat is None else max(0.0, now - s.beat.t)
         state = _state(s, age, dead_after)
         out.append(Row(
             rank=rank, state=state, heartbeat=_heartbeat(s.beat, age, dead_after),

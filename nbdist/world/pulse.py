@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ..errors import StoreConnectionError
@@ -123,17 +124,41 @@ class WireClient:
 STOPPED = "stopped"  # the "n" of the last beat of a heartbeat stopped on purpose (Heartbeat.stop): it stays
 
 
-def beat_from(text: str | None) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Beat:
+    """One heartbeat as read from the store (``hb/<session>``, written by the pulse or, until it beats, the kernel's
+    thread): its count ``n``, which moves while the kernel lives; when it was written (``t``, the writer's
+    ``time.time()``); how long the kernel's Python has been held (``busy`` seconds; 0 in a beat that does not
+    say); whether the pulse saw its kernel end (``gone``). Fields the beat also holds (``pid``, ``pulse``,
+    ``rank``) are read past."""
+
+    n: int
+    t: float
+    busy: float = 0.0
+    gone: bool = False
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0  # not NaN either
+
+
+def beat_from(text: str | None) -> Beat | None:
     """A heartbeat as read from the store: None when there is none, when its kernel stopped it on purpose (it left
-    its last beat, which no longer moves), or when the text is not a beat (anyone can write into the store)."""
+    its last beat, which no longer moves), or when the text is not a beat (anyone can write into the store: a
+    peer's beat that is not one reads as no beat, which the peer checks time out as they do for a silent one)."""
     try:
         beat = json.loads(text) if text is not None else None
     except ValueError:
         return None
-    return beat if isinstance(beat, dict) and beat.get("n") != STOPPED else None
+    if not isinstance(beat, dict) or beat.get("n") == STOPPED:
+        return None
+    n, t, busy, gone = beat.get("n"), beat.get("t"), beat.get("busy") or 0.0, beat.get("gone", False)
+    if type(n) is not int or not _number(t) or not _number(busy) or type(gone) is not bool:
+        return None
+    return Beat(n, float(beat["t"]), float(busy), gone)
 
 
-def judge(beat: dict[str, Any] | None, moved_ago: float, dead_after: float) -> tuple[str, float]:
+def judge(beat: Beat | None, moved_ago: float, dead_after: float) -> tuple[str, float]:
     """What a peer's beat says: ("gone", 0), ("dead", moved_ago), ("busy", seconds) or ("alive", 0).
 
     ``moved_ago`` is how long ago the watcher last saw the beat's ``n`` change
@@ -142,11 +167,11 @@ def judge(beat: dict[str, Any] | None, moved_ago: float, dead_after: float) -> t
     kernel's host or the pulse itself is unreachable. "busy": the kernel is alive
     but has not run Python for ``seconds``.
     """
-    if beat is not None and beat.get("gone"):
+    if beat is not None and beat.gone:
         return ("gone", 0.0)
     if moved_ago > dead_after:
         return ("dead", moved_ago)
-    busy = float(beat.get("busy") or 0.0) if beat is not None else 0.0
+    busy = beat.busy if beat is not None else 0.0
     if busy > BUSY_AFTER:
         return ("busy", busy)
     return ("alive", 0.0)

@@ -192,17 +192,17 @@ def alive_sessions(client: StoreClient, sessions: list[str], window: float = 2.5
                    first_only: bool = False) -> set[str]:
     """The sessions whose heartbeats move within ``window`` seconds (and do not say "gone")."""
     first = {s: beat_from(client.get_if(keys.heartbeat(s))) for s in sessions}
-    pending = [s for s in sessions if not (first[s] or {}).get("gone")]  # its pulse saw the kernel end
+    pending = [s for s in sessions if (beat := first[s]) is None or not beat.gone]  # its pulse saw the kernel end
     alive: set[str] = set()
     deadline = time.monotonic() + window
     while pending and time.monotonic() < deadline:
         time.sleep(POLL_INTERVAL)
         for s in list(pending):
             now = beat_from(client.get_if(keys.heartbeat(s)))
-            if now is None or now.get("gone"):
+            if now is None or now.gone:
                 continue
             was = first[s]
-            if was is None or now.get("n") != was.get("n"):
+            if was is None or now.n != was.n:
                 alive.add(s)
                 pending.remove(s)
                 if first_only:

@@ -30,7 +30,7 @@ from ..ranksets import who_said
 from . import keys, meeting
 from . import verdict as verdicts
 from .meeting import Cause, Leave, Next, Seen
-from .pulse import beat_from, judge
+from .pulse import Beat, beat_from, judge
 from .records import Arrival, MalformedRecord, Note
 from .store import StoreClient
 from .verdict import Verdict
@@ -89,7 +89,7 @@ class PeerTracker:
         # stops: Heartbeat.stop): read together, in one multi_get, which would wait for a key that is not there.
         self._kept: set[int] = set()
 
-    def beats(self, client: StoreClient) -> dict[int, dict[str, Any] | None]:
+    def beats(self, client: StoreClient) -> dict[int, Beat | None]:
         """Each peer's beat (:func:`.pulse.beat_from`): those known to stay in one ``multi_get``, the others one by
         one until theirs is seen (one that registered without ``keeps_beat``, of the version before, every time)."""
         kept = [i for i in self._peers if i in self._kept]
@@ -108,7 +108,7 @@ class PeerTracker:
         now = time.monotonic()
         gone = []
         for i, beat in self.beats(client).items():
-            n = None if beat is None else beat.get("n")
+            n = None if beat is None else beat.n
             last_n, since = self._seen.get(i, (n, now))
             if n != last_n or i not in self._seen:
                 since = now

@@ -40,13 +40,13 @@ def test_the_beats_seen_are_read_together_the_others_one_by_one(client):
     tracker = PeerTracker(RANKS, 0)
     beat(client, 1, 1)
     beats, kinds = moved(lambda: tracker.beats(client))
-    assert beats[1]["n"] == 1 and beats[2] is None and beats[3] is None
+    assert beats[1].n == 1 and beats[2] is None and beats[3] is None
     assert set(kinds) == {"compare_set"} and kinds["compare_set"][0] == 3  # one read each
     for i in (2, 3):
         beat(client, i, 1)
     tracker.beats(client)
     beats, kinds = moved(lambda: tracker.beats(client))
-    assert [beats[i]["n"] for i in (1, 2, 3)] == [1, 1, 1]
+    assert [beats[i].n for i in (1, 2, 3)] == [1, 1, 1]
     assert kinds["multi_get"][0] == 1 and kinds["compare_set"][0] == 1  # ranks 1 and 2 together; rank 3 alone
 
 
@@ -64,4 +64,15 @@ def test_a_stopped_heartbeat_stays_and_reads_as_none_and_the_look_does_not_wait(
     assert json.loads(client.get("hb/s1"))["n"] == pulse.STOPPED  # left in the store, no longer moving
     beats, kinds = moved(lambda: tracker.beats(client))
     assert beats == {1: None} and kinds["multi_get"][0] == 1  # read with the rest, at once; a stopped beat is none
-    assert pulse.beat_from("not json") is None and pulse.beat_from('{"n": 3}') == {"n": 3}
+    assert pulse.beat_from('{"n": 3, "t": 5, "pid": 9}') == pulse.Beat(3, 5.0)  # its other fields read past
+
+
+@pytest.mark.parametrize("text", ["not json", "[1]", '{"n": 3}', '{"n": "3", "t": 1}', '{"n": true, "t": 1}',
+                                  '{"n": 3, "t": -1}', '{"n": 3, "t": 1, "busy": "12"}', '{"n": 3, "t": 1, "gone": 1}'])
+def test_a_beat_that_is_not_one_reads_as_none_and_its_rank_as_silent_not_as_an_error(client, text):
+    """Anyone can write a peer's beat: a waiting rank's peer check reads it as no beat (the peer is dead once the
+    real one has not moved for DEAD_AFTER), never fails on it."""
+    assert pulse.beat_from(text) is None
+    client.set("hb/s1", text)
+    tracker = PeerTracker(RANKS[:2], 0)
+    assert tracker.beats(client) == {1: None} and tracker.dead(client) == []  # within the grace: not dead yet
