@@ -15,7 +15,7 @@ from nbdist.measure import dashboard
 from nbdist.measure.dashboard import Reader, Seen, cell_of, failure_text, previous_cell, render_html, render_text, rows
 from nbdist.view import sanitize
 from nbdist.world.pulse import Beat
-from nbdist.world.records import Failure, Note
+from nbdist.world.records import Busy, Failure, Note
 from nbdist.world.world import World
 
 from .conftest import free_port, init_line, lend, ok, run_in_background
@@ -57,14 +57,14 @@ def test_a_rank_at_a_barrier_shows_which_one():
 
 def test_a_wait_that_ended_without_a_note_is_shown_as_over_once_the_rank_runs_no_cell():
     last = Note("waiting at %%collective #6 (start)", NOW - 40, barrier="t/6/in")
-    assert _row(beat=_beat(), last=last, busy={"busy": False, "t": NOW - 30}).doing == \
+    assert _row(beat=_beat(), last=last, busy=Busy(False, NOW - 30)).doing == \
         "idle · last: waiting at %%collective #6 (start), 40 s ago"
     # A "no cell runs" from before the note is older news: the rank is at the barrier.
-    assert _row(beat=_beat(), last=last, busy={"busy": False, "t": NOW - 41}).doing.startswith("waiting at")
+    assert _row(beat=_beat(), last=last, busy=Busy(False, NOW - 41)).doing.startswith("waiting at")
 
 
 def test_a_rank_running_a_plain_cell_says_so_beside_its_last_note():
-    row = _row(beat=_beat(), last=Note("joined", NOW - 5), busy={"busy": True, "t": NOW - 5})
+    row = _row(beat=_beat(), last=Note("joined", NOW - 5), busy=Busy(True, NOW - 5))
     assert row.doing == "running a cell · last: joined, 5.0 s ago"
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import StoreConnectionError
 from ..world import keys
+from ..world.records import Busy
 from ..world.store import StoreClient
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class Guard:
     def _look(self) -> None:
         running, cell, started = self.running, self.cell, self.cell_started
         if running != self._published:
-            self._client.set_json(self._key(keys.busy(self._rank)), {"busy": running, "t": time.time()})
+            self._client.set(self._key(keys.busy(self._rank)), Busy(running, time.time()).to_json())
             self._published = running
         seen_running = running and self._looked_at == cell  # this cell ran at the previous look too
         n = self._client.add(self._key(keys.STOPS), 0)

@@ -58,7 +58,7 @@ class Seen:
     left: bool = False
     beat: Beat | None = None  # hb/<session>
     last: records.Note | None = None  # r/<round>/last/<rank>
-    busy: dict[str, Any] | None = None  # r/<round>/busy/<rank>: {"busy": bool, "t"}
+    busy: records.Busy | None = None  # r/<round>/busy/<rank>
     error: str = ""  # the last failure this rank caused, as shown
 
 
@@ -105,18 +105,18 @@ def _heartbeat(beat: Beat | None, age: float | None, dead_after: float) -> str:
     return f"{_seconds(age)} ago{held}"
 
 
-def _doing(last: records.Note | None, busy: dict[str, Any] | None, now: float) -> str:
+def _doing(last: records.Note | None, busy: records.Busy | None, now: float) -> str:
     """What a rank does: a %%collective's number and what it is inside or waits at, else whether a cell runs.
 
     A note says what the rank began; ``busy`` (its guard's, every 0.2 s) says whether a cell still runs.
     A note of a wait or a body that is older than a "no cell runs" is over: its cell was stopped.
     """
-    running = bool(busy and busy.get("busy"))
+    running = busy is not None and busy.busy
     if last is None:
         return "running a cell" if running else ""
     what, noted = last.what, last.t
     since = _seconds(max(0.0, now - noted))
-    over = busy is not None and not running and float(busy.get("t", 0.0)) >= noted
+    over = busy is not None and not running and busy.t >= noted
     if (what.startswith(_IN_PROTOCOL) or last.barrier is not None) and not over:
         return f"{what} · {since}"
     if running:
@@ -250,7 +250,7 @@ class Reader:
             seen.append(Seen(
                 info=info, left=client.check([world.key(keys.left(i))]),
                 beat=beat_from(client.get_if(keys.heartbeat(info["session"]))), last=lasts[i],
-                busy=client.get_json_if(world.key(keys.busy(i))), error=errors.get(i, ""),
+                busy=records.Busy.read(client.get_if(world.key(keys.busy(i)))), error=errors.get(i, ""),
             ))
         return seen, stop
 

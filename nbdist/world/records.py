@@ -18,6 +18,8 @@ record                key (:mod:`.keys`)                      written by, read b
 :class:`Note`         ``last/<i>``                            each rank, what it last did; the others'
                                                               waits and messages, %dist_status, the
                                                               dashboard
+:class:`Busy`         ``busy/<i>``                            each rank's guard, whether it runs a cell;
+                                                              the waits outside cells, the dashboard
 :class:`LivePart`     ``t/<n>/live/<i>``                      each rank, its part of a cell's live table;
                                                               the notebooks that show it
                                                               (:mod:`nbdist.cell.live`)
@@ -87,7 +89,7 @@ class _Fields:
                 return default  # type: ignore[no-any-return]
             raise MalformedRecord(f"it has no {name!r}", self.value)
         got = self.value[name]
-        if not isinstance(got, kind) or isinstance(got, bool):  # JSON's true is no number
+        if not isinstance(got, kind) or (isinstance(got, bool) and kind is not bool):  # JSON's true is no number
             raise MalformedRecord(f"its {name!r} is {_shown(got)}, not {what}", self.value)
         return got
 
@@ -125,6 +127,9 @@ class _Fields:
         if not all(isinstance(v, dict) for v in got):
             raise MalformedRecord(f"its {name!r} holds something other than JSON objects", self.value)
         return list(got)
+
+    def flag(self, name: str) -> bool:
+        return self._get(name, bool, "true or false")
 
     def object(self, name: str) -> dict[str, Any]:
         got = self._get(name, dict, "a JSON object")
@@ -336,6 +341,31 @@ class Note:
     @classmethod
     def read(cls, text: str | None) -> Note | None:
         """The note a rank's key holds, or None: none yet, or not a note (anyone can write there: read as none)."""
+        return _or_none(cls.from_json, text)
+
+
+# --- busy/<i>: whether a rank runs a cell -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Busy:
+    """Whether a rank runs a cell (``busy``), written by its guard when that changes, at ``t`` (``time.time()``):
+    for a barrier outside cells to wait for a rank still in one, and for what a wait's message and the dashboard
+    say a missing rank does."""
+
+    busy: bool
+    t: float
+
+    def to_json(self) -> str:
+        return json.dumps(_value(self))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Busy:
+        read = _Fields(json_object(text))
+        return cls(busy=read.flag("busy"), t=read.time("t"))
+
+    @classmethod
+    def read(cls, text: str | None) -> Busy | None:
+        """What a rank's key holds, or None: nothing yet, or not the record (read as nothing known)."""
         return _or_none(cls.from_json, text)
 
 

@@ -31,7 +31,7 @@ from . import keys, meeting
 from . import verdict as verdicts
 from .meeting import Cause, Leave, Next, Seen
 from .pulse import Beat, beat_from, judge
-from .records import Arrival, MalformedRecord, Note
+from .records import Arrival, Busy, MalformedRecord, Note
 from .store import StoreClient
 from .verdict import Verdict
 
@@ -467,8 +467,8 @@ class World:
 
     def busy_elsewhere(self, i: int, last: Note | None) -> bool:
         """A ``working`` rule for barriers outside cells: rank ``i`` runs a cell, and waits at no barrier."""
-        busy = self.client.get_json_if(self.key(keys.busy(i))) or {}
-        return bool(busy.get("busy")) and (last is None or last.barrier is None)
+        busy = Busy.read(self.client.get_if(self.key(keys.busy(i))))
+        return busy is not None and busy.busy and (last is None or last.barrier is None)
 
     def _who_is_missing(self, name: str, timeout: float, label: str, members: list[int] | None = None) -> str:
         missing = []
@@ -485,12 +485,12 @@ class World:
 
     def doing_as(self, i: int, last: Note | None) -> str:
         """:meth:`doing`, from rank ``i``'s note as already read."""
-        busy = self.client.get_json_if(self.key(keys.busy(i)))
+        busy = Busy.read(self.client.get_if(self.key(keys.busy(i))))
         state = ""
         waits = last is not None and last.barrier is not None
-        if busy is not None and not busy.get("busy") and not waits:
-            state = f"idle since {time.strftime('%H:%M:%S', time.localtime(busy.get('t', time.time())))}; "
-        elif busy is not None and busy.get("busy") and not waits:
+        if busy is not None and not busy.busy and not waits:
+            state = f"idle since {time.strftime('%H:%M:%S', time.localtime(busy.t))}; "
+        elif busy is not None and busy.busy and not waits:
             state = "running a cell; "
         if last is None:
             return f"{state}no activity recorded"

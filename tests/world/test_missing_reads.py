@@ -4,6 +4,7 @@ TCP, two worlds in one process."""
 
 from __future__ import annotations
 
+from nbdist.world import keys, records
 from nbdist.world.store import COUNTS
 
 BARRIER = "t/1/out"
@@ -37,3 +38,15 @@ def test_the_message_of_a_wait_that_gives_up_names_who_did_not_arrive_and_what_i
     assert "last: running %%collective #1" in message and "rank 0" not in message
     other.note("waiting at %%collective #1 (end)", barrier=BARRIER)
     assert "Missing: none" in waiting._who_is_missing(BARRIER, 5.0, "%%collective #1 (end)")
+
+
+def test_what_a_missing_rank_does_reads_its_guards_record_and_ignores_one_that_is_not_its_guards(two_worlds):
+    """A rank's busy record (its guard's: whether it runs a cell) is anyone's to write: one that is not a record
+    says nothing, and a barrier outside cells does not wait for that rank as if it ran one."""
+    waiting, other = two_worlds
+    other.note("joined")
+    other.client.set(other.key(keys.busy(1)), records.Busy(True, 1.0).to_json())
+    assert waiting.doing(1).startswith("running a cell; last: joined") and waiting.busy_elsewhere(1, None)
+    for text in ("not json", '{"busy": "yes", "t": 1}', '{"busy": false, "t": "then"}'):
+        other.client.set(other.key(keys.busy(1)), text)
+        assert waiting.doing(1).startswith("last: joined") and not waiting.busy_elsewhere(1, None)

@@ -145,6 +145,9 @@ def test_an_arrival_is_stored_as_the_meeting_record_always_was():
     (records.Note, '{"what": "x", "t": 1, "barrier": 4}', "its 'barrier' is 4, not text"),
     (records.Note, '{"what": "x", "t": 1, "cell": true}', "its 'cell' is true, not a whole number"),
     (records.Note, '"joined"', "not a JSON object"),
+    (records.Busy, '{"t": 1}', "it has no 'busy'"),
+    (records.Busy, '{"busy": 1, "t": 1}', "its 'busy' is 1, not true or false"),
+    (records.Busy, '{"busy": true, "t": "now"}', "its 't' is \"now\", not a time"),
     (records.LivePart, '{"outputs": []}', "it has no 'state'"),
     (records.LivePart, '{"state": "done", "outputs": []}',
      "its 'state' is \"done\", not one of running, finished, failed"),
@@ -174,6 +177,12 @@ def test_a_note_is_stored_as_the_note_always_was_its_unset_fields_left_out():
     # What the version before wrote, in its order, reads the same.
     assert records.Note.from_json('{"what": "running %%collective #3", "t": 7, "cell": 3, "body": "t/3"}') == \
         records.Note("running %%collective #3", 7.0, cell=3, body="t/3")
+
+
+def test_a_busy_record_is_stored_as_it_always_was_and_one_that_is_not_reads_as_none():
+    assert records.Busy(True, 12.5).to_json() == json.dumps({"busy": True, "t": 12.5})
+    assert records.Busy.read('{"busy": false, "t": 3}') == records.Busy(False, 3.0)
+    assert records.Busy.read("[true]") is None and records.Busy.read(None) is None
 
 
 def test_a_live_part_is_stored_as_it_always_was():
