@@ -22,11 +22,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ..errors import StoreConnectionError
 from ..world import keys
-from ..world.records import Busy
+from ..world.records import Busy, MalformedRecord, StopRequest
 from ..world.store import StoreClient
 
 log = logging.getLogger(__name__)
@@ -37,8 +36,7 @@ GUARD_INTERVAL = 0.2  # seconds between looks at the stop counter
 def request_stop(client: StoreClient, round_: int, by: str, session: str = "") -> int:
     """Ask every rank of world round ``round_`` to stop its running cell; returns the stop's number."""
     n = client.add(keys.in_round(round_, keys.STOPS), 1)
-    client.set_json(keys.in_round(round_, keys.stop(n)),
-                    {"message": f"stopped by {by}", "session": session, "t": time.time()})
+    client.set(keys.in_round(round_, keys.stop(n)), StopRequest(f"stopped by {by}", session, time.time()).to_json())
     return n
 
 
@@ -46,7 +44,7 @@ class Guard:
     """Watches one kernel's cells for a world (see the module docstring); ``stop()`` is idempotent."""
 
     def __init__(self, client: StoreClient, key: Callable[[str], str], rank: int, session: str,
-                 on_stop: Callable[[dict[str, Any]], None], start: bool = True) -> None:
+                 on_stop: Callable[[StopRequest], None], start: bool = True) -> None:
         self._client, self._key, self._rank, self._session, self._on_stop = client, key, rank, session, on_stop
         self.running = False  # a cell of this kernel runs (set by the session's cell events)
         self.cell = 0  # which cell of this kernel runs: a new number for each (set with ``running``)
@@ -77,14 +75,18 @@ class Guard:
         seen_running = running and self._looked_at == cell  # this cell ran at the previous look too
         n = self._client.add(self._key(keys.STOPS), 0)
         while self._seen < n:
-            info = self._client.get_json_if(self._key(keys.stop(self._seen + 1)))
-            if info is None:
+            text = self._client.get_if(self._key(keys.stop(self._seen + 1)))
+            if text is None:
                 return  # counted, not yet described: look again next time (this cell counts as seen then)
             self._seen += 1
-            for_this_cell = seen_running or float(info.get("t", 0.0)) >= started
-            if running and self.running and self.cell == cell and for_this_cell \
-                    and info.get("session") != self._session:
-                self._on_stop(info)
+            try:
+                stop = StopRequest.from_json(text)
+            except MalformedRecord as exc:  # anyone can write there: not a stop nbdist sent
+                log.warning("nbdist guard: stop #%d is not a stop (%s); ignored", self._seen, exc)
+                continue
+            for_this_cell = seen_running or stop.t >= started
+            if running and self.running and self.cell == cell and for_this_cell and stop.session != self._session:
+                self._on_stop(stop)
         self._looked_at = cell if running else None
 
     def new_cell(self) -> None:

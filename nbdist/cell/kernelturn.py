@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from ..errors import StoppedError
 from ..world.link import sync_generation
+from ..world.records import StopRequest
 from ..world.store import StoreClient
 from ..world.world import World
 from . import capture, cells, prestart, progress, turn
@@ -60,14 +61,14 @@ class KernelTurn:
         """Watch for a stop of every rank (%dist_stop, nbdist stop) on ``client``, a connection of its own."""
         self.guard = Guard(client, key, rank, session, self.stop_requested)
 
-    def stop_requested(self, info: dict[str, Any]) -> None:
+    def stop_requested(self, stop: StopRequest) -> None:
         """The guard saw a stop of every rank (%dist_stop, nbdist stop) while a cell runs here."""
-        info = {**info, "kind": "stopped", "rank": -1}
         watch = self.stopper.watch
-        if watch is not None:
-            watch.stop_all(info)  # it cuts a collective that is waiting
+        if watch is not None:  # it cuts a collective that is waiting
+            watch.stop_all({"message": stop.message, "session": stop.session, "t": stop.t, "kind": "stopped",
+                            "rank": -1})
         else:
-            self.stopper.stop(StoppedError(info.get("message", "stopped")))
+            self.stopper.stop(StoppedError(stop.message))
 
     def leave(self) -> None:
         """Leaving the world, first: the plain cell's watcher ends, and the guard stops."""

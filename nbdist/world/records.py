@@ -18,6 +18,8 @@ record                key (:mod:`.keys`)                      written by, read b
 :class:`Note`         ``last/<i>``                            each rank, what it last did; the others'
                                                               waits and messages, %dist_status, the
                                                               dashboard
+:class:`StopRequest`  ``stops/<n>``                           whoever stops every rank's cell; each rank's
+                                                              guard (:mod:`nbdist.cell.guard`)
 :class:`Busy`         ``busy/<i>``                            each rank's guard, whether it runs a cell;
                                                               the waits outside cells, the dashboard
 :class:`LivePart`     ``t/<n>/live/<i>``                      each rank, its part of a cell's live table;
@@ -342,6 +344,27 @@ class Note:
     def read(cls, text: str | None) -> Note | None:
         """The note a rank's key holds, or None: none yet, or not a note (anyone can write there: read as none)."""
         return _or_none(cls.from_json, text)
+
+
+# --- stops/<n>: a stop of every rank -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StopRequest:
+    """A stop of every rank's running cell (``%dist_stop``, ``nbdist stop``, the dashboard's button): what the
+    ranks' cells end with (``message``), the kernel that sent it (``session``; "" from a terminal), and when
+    (``t``, ``time.time()``: a stop sent before a cell began is not for it)."""
+
+    message: str
+    session: str
+    t: float
+
+    def to_json(self) -> str:
+        return json.dumps(_value(self))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> StopRequest:
+        read = _Fields(json_object(text))
+        return cls(message=read.text("message"), session=read.text("session", ""), t=read.time("t"))
 
 
 # --- busy/<i>: whether a rank runs a cell -----------------------------------------------------------

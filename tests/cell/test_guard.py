@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from nbdist.cell.guard import Guard, request_stop
+from nbdist.world import keys
 from nbdist.world.store import Server, connect
 
 
@@ -45,7 +46,7 @@ def test_a_stop_sent_during_a_cell_that_ended_before_the_guard_looked_is_not_for
     assert g.stops == []
     g.stop("rank 0 with %dist_stop")  # sent during cell 2: it is for cell 2
     g.look()
-    assert [s["message"] for s in g.stops] == ["stopped by rank 0 with %dist_stop"]
+    assert [s.message for s in g.stops] == ["stopped by rank 0 with %dist_stop"]
 
 
 def test_a_stop_sent_just_after_a_cell_began_reaches_it_before_the_guard_ever_saw_it_running(guarded):
@@ -67,3 +68,23 @@ def test_a_stop_while_no_cell_runs_is_for_nobody(guarded):
     g.begin()
     g.look()
     assert g.stops == []
+
+
+def test_a_stop_record_that_is_not_one_is_passed_over_and_the_next_real_stop_still_reaches_the_cell(guarded, port):
+    """Anyone can count a stop and write its record: one that is not a stop neither stops the cell nor stalls the
+    guard on it (before, a ``t`` that was not a number failed each look at the same record)."""
+    g = guarded
+    g.begin()
+    g.look()
+    writer = connect("127.0.0.1", port)
+    try:
+        for text in ("not json", '{"message": "x", "t": "now"}', '{"t": 1}'):
+            n = writer.add("r/0/" + keys.STOPS, 1)
+            writer.set("r/0/" + keys.stop(n), text)
+        g.look()
+        assert g.stops == []
+        g.stop("rank 0 with %dist_stop")
+        g.look()
+        assert [s.message for s in g.stops] == ["stopped by rank 0 with %dist_stop"]
+    finally:
+        writer.close()
