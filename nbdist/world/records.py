@@ -346,6 +346,17 @@ class Note:
         return _or_none(cls.from_json, text)
 
 
+# --- error: why a round of the world cannot form ------------------------------------------------------
+
+def world_error(text: str) -> str:
+    """What a round's error record (``error``, written once by the rank that found the round cannot form: world
+    sizes that disagree) says, for every rank's join to fail with; a record that is not nbdist's fails it too,
+    naming what it holds (the round is marked failed either way)."""
+    value = _or_none(json_object, text)
+    message = None if value is None else value.get("message")
+    return message if isinstance(message, str) else f"this round of the world is marked failed: {_shown(text)}"
+
+
 # --- stops/<n>: a stop of every rank -----------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 from ..config import POLL_INTERVAL
 from ..errors import JoinError, WaitTimeout, WorldChangedError
 from ..ranksets import ranks_text
-from . import keys
+from . import keys, records
 from .pulse import beat_from
 from .store import StoreClient
 from .world import World, current_round
@@ -140,9 +140,9 @@ def _wait_until_formed(
     r, world_size = world.round, world.world_size
     last_status = 0.0
     while True:
-        error = client.get_json_if(keys.in_round(r, keys.ERROR))
+        error = client.get_if(keys.in_round(r, keys.ERROR))
         if error is not None:
-            raise JoinError(error["message"])
+            raise JoinError(records.world_error(error))
         if current_round(client) != r:
             raise WorldChangedError("the world was re-formed while this rank was joining: run %%dist_init again")
         count = client.add(keys.in_round(r, keys.COUNT), 0)

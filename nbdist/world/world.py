@@ -27,7 +27,7 @@ from typing import Any
 from ..config import HEARTBEAT_INTERVAL
 from ..errors import JoinError, PeerFailedError, PeerLostError, StoreConnectionError, WaitTimeout, WorldChangedError
 from ..ranksets import who_said
-from . import keys, meeting
+from . import keys, meeting, records
 from . import verdict as verdicts
 from .meeting import Cause, Leave, Next, Seen
 from .pulse import Beat, beat_from, judge
@@ -272,9 +272,9 @@ class World:
                 f"another notebook re-ran %%dist_init (world round {latest}, this notebook "
                 f"is in round {self.round}): re-run %%dist_init here to rejoin"
             )
-        error = self.client.get_json_if(self.key(keys.ERROR))
+        error = self.client.get_if(self.key(keys.ERROR))
         if error is not None:
-            raise JoinError(error["message"])
+            raise JoinError(records.world_error(error))
         if self.client.add(self.key(keys.LEFT_N), 0) > 0:
             gone = [i for i in range(self.world_size) if self.client.check([self.key(keys.left(i))])]
             names = ", ".join(self.describe(i) for i in gone)

@@ -203,3 +203,9 @@ def test_a_live_part_is_stored_as_it_always_was():
     for part in (running, failed, records.LivePart("finished", [])):
         assert records.LivePart.from_json(json.dumps(part.as_dict())) == part
     assert records.LivePart.from_json('{"state": "finished", "outputs": [], "wall": 2}').wall == 2.0
+
+
+def test_a_rounds_error_record_gives_its_message_and_one_that_is_not_nbdists_still_fails_the_join_naming_it():
+    assert records.world_error(json.dumps({"message": "world sizes disagree: ..."})) == "world sizes disagree: ..."
+    for text in ("oops", '{"message": 3}', "[]"):
+        assert records.world_error(text).startswith("this round of the world is marked failed: ")
