@@ -99,6 +99,10 @@ class Figures:
         if stop and self.ended[-1] > STOP_WITHIN:
             self.slow += 1
             self.notes.append(f"{what}: {self.ended[-1]:.2f} s to end")
+            for i, c in enumerate(cells):  # which rank ended late, and what its cell said: for its replay
+                tail = "" if c.result is None else c.result.text()[-800:]
+                print(f"--- slow stop, {self.mode} {what}, kernel {i} ended {c.ended - since:.2f} s after it:\n"
+                      f"{tail}", file=sys.stderr, flush=True)
         return True
 
 
@@ -181,6 +185,15 @@ class World:
                   file=sys.stderr, flush=True)
         except subprocess.TimeoutExpired:
             print(f"--- nbdist where did not answer within 60 s ({self.mode}, {mark})", file=sys.stderr, flush=True)
+
+    def hung(self, cells: list[Cell], what: str) -> None:
+        """A fault's cells did not all end: which did, how, and where every rank is, printed to stderr."""
+        for i, c in enumerate(cells):
+            state = ("still running" if c.result is None and c.error is None
+                     else f"ended: {c.error!r}" if c.result is None else f"ended: {c.result.status}")
+            tail = "" if c.result is None else c.result.text()[-600:]
+            print(f"--- {what}, kernel {i}: {state}\n{tail}", file=sys.stderr, flush=True)
+        self.where(what)
 
     def interrupt(self, which: int) -> None:
         self.kernels[which].interrupt()
@@ -299,6 +312,7 @@ def soak_mode(mode: str, count: int, seed: int, check_every: int = 5) -> Figures
                 world.interrupt(rng.randrange(2))
                 figures.faults += 1
                 if not figures.ended_from(cells, pressed, f"press {press}", stop=True):
+                    world.hung(cells, f"press {press}")
                     break
                 if (press + 1) % check_every == 0 and not world.normal(figures):
                     break
@@ -320,6 +334,7 @@ def soak_mode(mode: str, count: int, seed: int, check_every: int = 5) -> Figures
                     during()
                     started = time.monotonic()
                 if not figures.ended_from(cells, started, kind, stop=kind in ("stop", "dist_stop")):
+                    world.hung(cells, f"fault {figures.faults} ({kind})")
                     break
             if not world.normal(figures):
                 if figures.hangs:
