@@ -58,6 +58,7 @@ from nbdist.world import netinfo  # noqa: E402
 STOP_WITHIN = 2.0  # seconds the stop button may take to end the cell on every rank
 FAULT_DEADLINE = 60.0  # seconds a fault's cell may take to end on every rank (a hang, past it)
 NORMAL_DEADLINE = 60.0
+AFTER_HANG = 45.0  # seconds a hung cell's reply is still awaited, for what it says
 SESSION = "get_ipython().magics_manager.registry['DistMagics'].session"
 LOOP = ("%%collective --timeout 60\nimport time\nfor _ in range(2000):\n    t = torch.ones(1)\n"
         "    dist.all_reduce(t)\n    time.sleep(0.002)\n")
@@ -119,11 +120,13 @@ class Cell:
     def __init__(self, kernel: kernels.Kernel, code: str, deadline: float) -> None:
         self.result: kernels.Result | None = None
         self.error: BaseException | None = None
-        self.ended = 0.0
+        self.started, self.ended = time.monotonic(), 0.0
 
         def run() -> None:
             try:
-                self.result = kernel.execute(code, timeout=deadline)
+                # Past the deadline the cell counts as hung, but its reply is still awaited a while: a cell that
+                # waited out its --timeout (60 s) then says which wait that was (:meth:`World.hung` prints it).
+                self.result = kernel.execute(code, timeout=deadline + AFTER_HANG)
             except BaseException as exc:  # noqa: BLE001 (a timeout: the cell hung)
                 self.error = exc
             self.ended = time.monotonic()
@@ -187,13 +190,17 @@ class World:
             print(f"--- nbdist where did not answer within 60 s ({self.mode}, {mark})", file=sys.stderr, flush=True)
 
     def hung(self, cells: list[Cell], what: str) -> None:
-        """A fault's cells did not all end: which did, how, and where every rank is, printed to stderr."""
+        """A fault's cells did not all end: where every rank is, then (once they end, or did not in AFTER_HANG)
+        which ended how and what each said, printed to stderr."""
+        self.where(what)
+        wait_all(cells, AFTER_HANG)
         for i, c in enumerate(cells):
             state = ("still running" if c.result is None and c.error is None
-                     else f"ended: {c.error!r}" if c.result is None else f"ended: {c.result.status}")
+                     else f"ended: {c.error!r}" if c.result is None
+                     else f"ended after {c.ended - c.started:.1f} s: {c.result.status} "
+                          f"{(c.result.error or {}).get('evalue', '')}")
             tail = "" if c.result is None else c.result.text()[-600:]
             print(f"--- {what}, kernel {i}: {state}\n{tail}", file=sys.stderr, flush=True)
-        self.where(what)
 
     def interrupt(self, which: int) -> None:
         self.kernels[which].interrupt()
@@ -212,7 +219,7 @@ class World:
         if not wait_all(cells, NORMAL_DEADLINE + 5):
             figures.hangs += 1
             figures.notes.append(f"normal cell {mark} hung")
-            self.where(mark)
+            self.hung(cells, mark)
             return False
         if any(c.result.status != "ok" for c in cells):
             figures.out_of_step += 1
