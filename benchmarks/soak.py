@@ -35,6 +35,7 @@ import ast
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -193,6 +194,7 @@ class World:
         """A fault's cells did not all end: where every rank is, then (once they end, or did not in AFTER_HANG)
         which ended how and what each said, printed to stderr."""
         self.where(what)
+        self.native(what)
         wait_all(cells, AFTER_HANG)
         for i, c in enumerate(cells):
             state = ("still running" if c.result is None and c.error is None
@@ -201,6 +203,20 @@ class World:
                           f"{(c.result.error or {}).get('evalue', '')}")
             tail = "" if c.result is None else c.result.text()[-600:]
             print(f"--- {what}, kernel {i}: {state}\n{tail}", file=sys.stderr, flush=True)
+
+    def native(self, what: str) -> None:
+        """Every kernel's threads as py-spy sees them, native frames too: a rank that holds the GIL, or whose
+        heartbeat thread cannot run, does not answer ``nbdist where``."""
+        spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        for i, k in enumerate(self.kernels):
+            pid = getattr(k.manager.provisioner, "pid", None)
+            try:
+                done = subprocess.run([spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
+                                      timeout=60)
+                print(f"--- py-spy, {what}, kernel {i} (pid {pid}):\n{done.stdout[:9000]}{done.stderr[-1000:]}",
+                      file=sys.stderr, flush=True)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                print(f"--- py-spy, {what}, kernel {i}: {exc}", file=sys.stderr, flush=True)
 
     def interrupt(self, which: int) -> None:
         self.kernels[which].interrupt()
