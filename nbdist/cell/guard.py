@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from ..errors import StoreConnectionError
 from ..world import keys
-from ..world.records import Busy, MalformedRecord, StopRequest
+from ..world.records import Busy, MalformedRecord, StopAll
 from ..world.store import StoreClient
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ GUARD_INTERVAL = 0.2  # seconds between looks at the stop counter
 def request_stop(client: StoreClient, round_: int, by: str, session: str = "") -> int:
     """Ask every rank of world round ``round_`` to stop its running cell; returns the stop's number."""
     n = client.add(keys.in_round(round_, keys.STOPS), 1)
-    client.set(keys.in_round(round_, keys.stop(n)), StopRequest(f"stopped by {by}", session, time.time()).to_json())
+    client.set(keys.in_round(round_, keys.stop(n)), StopAll(f"stopped by {by}", session, time.time()).to_json())
     return n
 
 
@@ -44,7 +44,7 @@ class Guard:
     """Watches one kernel's cells for a world (see the module docstring); ``stop()`` is idempotent."""
 
     def __init__(self, client: StoreClient, key: Callable[[str], str], rank: int, session: str,
-                 on_stop: Callable[[StopRequest], None], start: bool = True) -> None:
+                 on_stop: Callable[[StopAll], None], start: bool = True) -> None:
         self._client, self._key, self._rank, self._session, self._on_stop = client, key, rank, session, on_stop
         self.running = False  # a cell of this kernel runs (set by the session's cell events)
         self.cell = 0  # which cell of this kernel runs: a new number for each (set with ``running``)
@@ -80,7 +80,7 @@ class Guard:
                 return  # counted, not yet described: look again next time (this cell counts as seen then)
             self._seen += 1
             try:
-                stop = StopRequest.from_json(text)
+                stop = StopAll.from_json(text)
             except MalformedRecord as exc:  # anyone can write there: not a stop nbdist sent
                 log.warning("nbdist guard: stop #%d is not a stop (%s); ignored", self._seen, exc)
                 continue

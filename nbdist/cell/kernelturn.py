@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from ..errors import StoppedError
 from ..world.link import sync_generation
-from ..world.records import StopRequest
+from ..world.records import StopAll
 from ..world.store import StoreClient
 from ..world.world import World
 from . import capture, cells, prestart, progress, turn
@@ -61,7 +61,7 @@ class KernelTurn:
         """Watch for a stop of every rank (%dist_stop, nbdist stop) on ``client``, a connection of its own."""
         self.guard = Guard(client, key, rank, session, self.stop_requested)
 
-    def stop_requested(self, stop: StopRequest) -> None:
+    def stop_requested(self, stop: StopAll) -> None:
         """The guard saw a stop of every rank (%dist_stop, nbdist stop) while a cell runs here."""
         watch = self.stopper.watch
         if watch is not None:  # it cuts a collective that is waiting

@@ -18,7 +18,7 @@ record                key (:mod:`.keys`)                      written by, read b
 :class:`Note`         ``last/<i>``                            each rank, what it last did; the others'
                                                               waits and messages, %dist_status, the
                                                               dashboard
-:class:`StopRequest`  ``stops/<n>``                           whoever stops every rank's cell; each rank's
+:class:`StopAll`      ``stops/<n>``                           whoever stops every rank's cell; each rank's
                                                               guard (:mod:`nbdist.cell.guard`)
 :class:`Busy`         ``busy/<i>``                            each rank's guard, whether it runs a cell;
                                                               the waits outside cells, the dashboard
@@ -360,7 +360,7 @@ def world_error(text: str) -> str:
 # --- stops/<n>: a stop of every rank -----------------------------------------------------------------
 
 @dataclass(frozen=True)
-class StopRequest:
+class StopAll:
     """A stop of every rank's running cell (``%dist_stop``, ``nbdist stop``, the dashboard's button): what the
     ranks' cells end with (``message``), the kernel that sent it (``session``; "" from a terminal), and when
     (``t``, ``time.time()``: a stop sent before a cell began is not for it)."""
@@ -373,7 +373,7 @@ class StopRequest:
         return json.dumps(_value(self))
 
     @classmethod
-    def from_json(cls, text: str | None) -> StopRequest:
+    def from_json(cls, text: str | None) -> StopAll:
         read = _Fields(json_object(text))
         return cls(message=read.text("message"), session=read.text("session", ""), t=read.time("t"))
 

@@ -145,9 +145,9 @@ def test_an_arrival_is_stored_as_the_meeting_record_always_was():
     (records.Note, '{"what": "x", "t": 1, "barrier": 4}', "its 'barrier' is 4, not text"),
     (records.Note, '{"what": "x", "t": 1, "cell": true}', "its 'cell' is true, not a whole number"),
     (records.Note, '"joined"', "not a JSON object"),
-    (records.StopRequest, '{"t": 1}', "it has no 'message'"),
-    (records.StopRequest, '{"message": "x", "session": 0, "t": 1}', "its 'session' is 0, not text"),
-    (records.StopRequest, '{"message": "x", "t": null}', "its 't' is null, not a time"),
+    (records.StopAll, '{"t": 1}', "it has no 'message'"),
+    (records.StopAll, '{"message": "x", "session": 0, "t": 1}', "its 'session' is 0, not text"),
+    (records.StopAll, '{"message": "x", "t": null}', "its 't' is null, not a time"),
     (records.Busy, '{"t": 1}', "it has no 'busy'"),
     (records.Busy, '{"busy": 1, "t": 1}', "its 'busy' is 1, not true or false"),
     (records.Busy, '{"busy": true, "t": "now"}', "its 't' is \"now\", not a time"),
@@ -183,10 +183,10 @@ def test_a_note_is_stored_as_the_note_always_was_its_unset_fields_left_out():
 
 
 def test_a_stop_request_is_stored_as_it_always_was():
-    stop = records.StopRequest("stopped by rank 0 with %dist_stop", "s0", 12.5)
+    stop = records.StopAll("stopped by rank 0 with %dist_stop", "s0", 12.5)
     assert stop.to_json() == json.dumps({"message": stop.message, "session": "s0", "t": 12.5})
-    assert records.StopRequest.from_json(stop.to_json()) == stop
-    assert records.StopRequest.from_json('{"message": "m", "t": 3}') == records.StopRequest("m", "", 3.0)
+    assert records.StopAll.from_json(stop.to_json()) == stop
+    assert records.StopAll.from_json('{"message": "m", "t": 3}') == records.StopAll("m", "", 3.0)
 
 
 def test_a_busy_record_is_stored_as_it_always_was_and_one_that_is_not_reads_as_none():
