@@ -356,8 +356,8 @@ class _CellRun:
         if rebuilt is not None:
             turn.enter(Phase.BUILDING)
             self.rebuild(self.n)
-        if stopped:
-            turn.stops.press()
+        if stopped is not None:
+            turn.stops.keep(stopped)  # taken as the body would have been stopped
         return rebuilt
 
     def body(self) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:

@@ -148,8 +148,9 @@ def ensure(session: GroupHost) -> str | None:
         step.enter(Phase.BUILDING)  # every rank arrived, and builds: so does this one, then it stops
         build(session, f"t{n}", n)
         step.done()
-        if stopped:
-            raise KeyboardInterrupt
+        if stopped is not None:
+            step.stops.keep(stopped)
+            step.stops.check()
     return why
 
 

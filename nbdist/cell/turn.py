@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CellMismatchError, DriveError, PeerFailedError, StoreConnectionError
+from ..errors import CellMismatchError, DriveError, PeerFailedError, StopRequest, StoreConnectionError
 from ..world import keys, records
 from ..world.verdict import Verdict
 from ..world.world import BarrierRefused, StoppedAfterOpen, World, step_name
@@ -135,17 +135,19 @@ class StopButton:
     """The stop button while nbdist's own part of a step runs: held (recorded), then taken where the turn decides.
 
     On the main thread of a kernel the press is SIGINT, whose handler is swapped for a recorder inside
-    :meth:`held`; elsewhere (a test's or the explorer's simulated ranks) :meth:`press` stands for it.
+    :meth:`held`; elsewhere (a test's or the explorer's simulated ranks) :meth:`press` stands for it. A stop that
+    nbdist sends (a :class:`~nbdist.errors.StopRequest`: the driver's stop at a follower, ``%dist_stop``,
+    ``--max-time``) can be held the same way (:meth:`keep`), and is taken as itself, never as a press.
     """
 
     def __init__(self) -> None:
-        self._pressed = False
+        self._held: KeyboardInterrupt | None = None  # what :meth:`check` raises
         self._depth = 0
         self._saved: Any = None
 
     @property
     def pressed(self) -> bool:
-        return self._pressed
+        return self._held is not None
 
     @property
     def holding(self) -> bool:
@@ -153,17 +155,23 @@ class StopButton:
         return self._depth > 0
 
     def press(self, *_: Any) -> None:
-        self._pressed = True
+        if self._held is None:
+            self._held = KeyboardInterrupt()
+
+    def keep(self, stop: KeyboardInterrupt) -> None:
+        """Hold ``stop``, which landed where it could not be raised (once every rank had arrived at a meeting):
+        the stop button's press, or a stop nbdist sent, which :meth:`check` raises with its kind and message."""
+        self._held = stop if isinstance(stop, StopRequest) else KeyboardInterrupt()
 
     def drop(self) -> None:
         """Forget a held press: what it would have stopped has ended."""
-        self._pressed = False
+        self._held = None
 
     def check(self) -> None:
-        """Take a held press: KeyboardInterrupt, as the stop button itself raises."""
-        if self._pressed:
-            self._pressed = False
-            raise KeyboardInterrupt
+        """Take a held press: KeyboardInterrupt, as the stop button itself raises (or the stop :meth:`keep` held)."""
+        if self._held is not None:
+            stop, self._held = self._held, None
+            raise stop.with_traceback(None)
 
     @contextlib.contextmanager
     def held(self, take: bool = True) -> Iterator[None]:
@@ -171,7 +179,7 @@ class StopButton:
         (``take`` False: it stays in :attr:`pressed` for the caller, who must not raise where it is)."""
         self._depth += 1
         if self._depth == 1:
-            self._pressed = False
+            self._held = None
             self._record()
         try:
             yield
@@ -236,10 +244,11 @@ class Turn:
         self.phase = Phase.DONE
 
     def meet(self, world: World, kind: str, label: str, cell: records.CellStart | None, timeout: float,
-             on_tick: Callable[[], None] | None = None, **kwargs: Any) -> tuple[Verdict, bool]:
+             on_tick: Callable[[], None] | None = None, **kwargs: Any) -> tuple[Verdict, KeyboardInterrupt | None]:
         """Meet the others at this turn's step (:meth:`nbdist.world.world.World.meet`), taking held presses where
-        the turn must: the verdict it opened with, and whether a stop came once every rank had arrived (the
-        caller goes as far as every rank must, a rebuild, then stops). A refusal is a CellMismatchError.
+        the turn must: the verdict it opened with, and the stop that came once every rank had arrived, if one did
+        (the caller goes as far as every rank must, a rebuild, then takes it: :meth:`StopButton.keep`). A refusal
+        is a CellMismatchError.
         ``cell``: what a ``%%collective`` runs with (None for other kinds of step)."""
         assert self.step is not None, "the turn claims its step first"
         self.enter(Phase.ARRIVING)
@@ -250,9 +259,9 @@ class Turn:
 
         try:
             arrival = records.Arrival(kind, label, cell)
-            return world.meet(self.step, arrival, timeout, on_tick=tick, on_arrive=self.arrived, **kwargs), False
+            return world.meet(self.step, arrival, timeout, on_tick=tick, on_arrive=self.arrived, **kwargs), None
         except StoppedAfterOpen as stop:
-            return stop.verdict, True
+            return stop.verdict, stop.stop
         except BarrierRefused as exc:
             self.done()  # every rank was refused alike: nothing to close
             raise CellMismatchError(str(exc)) from None

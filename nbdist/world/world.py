@@ -65,9 +65,9 @@ class StoppedAfterOpen(KeyboardInterrupt):
     every rank started must finish first). Left unhandled it is the stop button's KeyboardInterrupt.
     """
 
-    def __init__(self, verdict: Verdict) -> None:
+    def __init__(self, verdict: Verdict, stop: KeyboardInterrupt) -> None:
         super().__init__()
-        self.verdict = verdict
+        self.verdict, self.stop = verdict, stop  # ``stop``: what landed (the stop button's, or a stop nbdist sent)
 
 
 class PeerTracker:
@@ -354,7 +354,7 @@ class World:
             if leave is Leave.STOPPED_AFTER_OPEN:
                 # Every rank arrived before the stop could close it: they go on, so the stop is the step's now.
                 assert state is not None
-                raise StoppedAfterOpen(state) from None
+                raise StoppedAfterOpen(state, exc) from None
             self._note_gave_up(label, "the stop button" if user else str(exc))
             if user:  # the stop button: its message, not nbdist's frames
                 exc._render_traceback_ = lambda: [f"KeyboardInterrupt: stopped waiting at {label}; the other "  # type: ignore[attr-defined]

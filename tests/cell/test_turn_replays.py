@@ -19,7 +19,7 @@ import pytest
 
 from nbdist.cell import cells, turn
 from nbdist.cell.turn import Turn
-from nbdist.errors import PeerFailedError
+from nbdist.errors import PeerFailedError, StoppedError
 from nbdist.session import Session
 from nbdist.world import verdict as verdicts
 from nbdist.world.records import Arrival, CellStart
@@ -208,3 +208,41 @@ def test_f5_a_stop_as_a_driving_notebook_publishes_its_cell_leaves_no_hole_in_th
         assert signing.verify(signing.key_from(secret), json.loads(follower_world.client.get(
             follower_world.key(keys.drive(message.seq)))), round_=0, seq=message.seq,
             driver={"rank": 0, "session": "s0"}) is None
+
+
+class RaiseInside(PressInside):
+    """A real connection whose one named call is where a watcher's stop lands (what ``Stopper`` raises there)."""
+
+    def __init__(self, client: StoreClient, op: str, key_end: str, stop: BaseException) -> None:
+        super().__init__(client, op, key_end)
+        self.stop = stop
+
+    def _press_if(self, op: str, key: str) -> None:
+        if op == self.op and key.endswith(self.key_end) and not self.pressed:
+            self.pressed += 1
+            raise self.stop
+
+
+@pytest.mark.parametrize("built", [True, False], ids=["go", "rebuild"])
+def test_f6_a_stop_of_every_rank_just_after_a_cell_opened_stays_that_stop_not_the_stop_button(pair, built):
+    """A stop that is not the stop button (the driver's stop, sent to a follower by its watcher; %dist_stop;
+    --max-time) lands as the last rank opens the cell's start: the cell ends with that stop, as it would in the
+    body. The soak met it (seed 336, driven, fuzzed): the follower took it for its own stop button, a plain
+    KeyboardInterrupt, stopped following, and every later cell of the driver waited out its --timeout for it."""
+    waiting, stopped = pair
+    n = stopped.turn()
+    state = {"ok": True, "gen": 0} if built else {"ok": False, "why": "it has no process group yet"}
+    met, box = in_thread(lambda: waiting.meet(n, record(BODY, state), WAIT))
+    while waiting.client.add(waiting.key(f"{step_name(n)}/in/n"), 0) < 1:
+        met.join(0.01)
+    stop = StoppedError("rank 0 (h, pid 1) interrupted its cell")
+    stopped.client = RaiseInside(stopped.client, "compare_set", f"{step_name(n)}/in/state", stop)
+    rebuilt: list[int] = []
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run_cell(stopped, n, state, rebuilt)
+    assert stopped.client.pressed == 1
+    assert type(caught.value) is StoppedError and str(caught.value) == str(stop)
+    met.join(WAIT)
+    assert box.get("value", box.get("error")) == (verdicts.GO if built else
+                                                  verdicts.rebuild("it has no process group yet"))
+    assert rebuilt == ([] if built else [n])  # a rebuild every rank started is finished first
