@@ -146,6 +146,9 @@ def test_the_stop_button_in_a_follower_mid_cell_leaves_follow_mode_and_keeps_it_
     result = ended(thread, box)
     assert result.status == "ok", result.error
     assert "stopped following (the stop button)" in result.text() and "stays in the world as rank 1" in result.text()
+    # Why it stopped following is in its note, for a notebook that does not see its output (a spawned worker's).
+    status = a.execute("%dist_status", timeout=30).text()
+    assert "stopped following: KeyboardInterrupt" in status, status
     # In the world still, and in lockstep: both notebooks run their own cell.
     results = ok(kernels.execute_all([a, b], DRIVEN, timeout=60))
     assert all("sum 3.0" in r.text() for r in results)

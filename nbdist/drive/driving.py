@@ -20,6 +20,15 @@ from .workers import Workers
 log = logging.getLogger(__name__)
 
 
+def _note(world: World, why: str) -> None:
+    """Say why following ended in this rank's note: nobody sees a spawned worker's output, but ``%dist_status``
+    and the message of a rank that waits for it show its note."""
+    try:
+        world.note(why[:300])
+    except StoreConnectionError as exc:  # the server is gone: nobody to tell
+        log.info("could not note why following ended: %s", exc)
+
+
 class KernelDrive:
     """See the module docstring. ``session``: this kernel's session id, which its claims of the drive name."""
 
@@ -37,10 +46,17 @@ class KernelDrive:
         follower = follow.Follower(world, session, secret())
         self.following = True
         stopper.disarm()  # between the driver's cells, only the stop button ends the wait
+        why = "stopped following"
         try:
-            return follow.run(host, follower, show)
+            ended = follow.run(host, follower, show)
+            why = f"stopped following: {ended.why}"
+            return ended
+        except BaseException as exc:
+            why = f"stopped following: {type(exc).__name__}" + (f": {exc}" if str(exc) else "")
+            raise
         finally:
             self.following = False
+            _note(world, why)
 
     def release(self, world: World | None, secret: Callable[[], str]) -> bool:
         """%dist_release: stop driving; the followers run their own cells again. True if this notebook drove."""
