@@ -108,6 +108,24 @@ class Figures:
         return True
 
 
+def _kernel_children(pid: int | None) -> list[int]:
+    """The kernels ``pid`` started (a driven world's spawned workers), for their stacks."""
+    children: list[str] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):  # a child is listed under the thread that started it
+        try:
+            children += (task / "children").read_text().split()
+        except OSError:
+            continue
+    found = []
+    for child in map(int, children):
+        try:
+            if b"ipykernel" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except OSError:
+            continue
+    return found
+
+
 def free_port() -> int:
     port = netinfo.first_free_port(random.randrange(20_000, 30_000) for _ in range(200))
     if port is None:
@@ -208,8 +226,9 @@ class World:
         """Every kernel's threads as py-spy sees them, native frames too: a rank that holds the GIL, or whose
         heartbeat thread cannot run, does not answer ``nbdist where``."""
         spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-        for i, k in enumerate(self.kernels):
-            pid = getattr(k.manager.provisioner, "pid", None)
+        pids = [(str(i), getattr(k.manager.provisioner, "pid", None)) for i, k in enumerate(self.kernels)]
+        pids += [(f"{i}'s worker", child) for i, pid in pids for child in _kernel_children(pid)]
+        for i, pid in pids:
             try:
                 done = subprocess.run([spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
                                       timeout=60)
