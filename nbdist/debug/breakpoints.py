@@ -369,8 +369,8 @@ class Breakpoints:
 
 def relay_label(world: World, rank: int) -> str:
     """A relayed prompt's label: ``rank 3 (host)``."""
-    info = world.ranks[rank] if rank < len(world.ranks) else {}
-    return f"rank {rank} ({info.get('host', '?')})"
+    info = world.ranks[rank] if rank < len(world.ranks) else None
+    return f"rank {rank} ({'?' if info is None else info.host})"
 
 
 def _hold_timeouts(seconds: float) -> Callable[[], None]:

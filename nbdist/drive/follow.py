@@ -71,7 +71,7 @@ def holder(world: World) -> dict[str, Any] | None:
 def _alive(world: World, who: dict[str, Any]) -> bool:
     """Whether the notebook that holds the drive is still that rank, and its kernel lives."""
     rank = who.get("rank", -1)
-    if not 0 <= rank < len(world.ranks) or world.ranks[rank].get("session") != who.get("session"):
+    if not 0 <= rank < len(world.ranks) or world.ranks[rank].session != who.get("session"):
         return False
     beat = beat_from(world.client.get_if(keys.heartbeat(who["session"])))
     return beat is None or not beat.gone
@@ -177,7 +177,7 @@ def follow_processes(world: World) -> list[int]:
     Such a rank follows from the moment it joined, even before it counts itself among the followers (a
     moment later): the first cell of a notebook must be published for it, not run in lockstep without it.
     """
-    return [i for i, info in enumerate(world.ranks) if i != world.rank and info.get("process") == "nbdist follow"]
+    return [i for i, info in enumerate(world.ranks) if i != world.rank and info.process == "nbdist follow"]
 
 
 def following(world: World) -> list[int]:
@@ -226,7 +226,7 @@ class Follower:
         except records.MalformedRecord:
             return last + 1  # not a message: the driver's next one goes after it
         rank = cell.driver
-        driver = {"rank": rank, "session": world.ranks[rank].get("session")} if rank < world.world_size else {}
+        driver = {"rank": rank, "session": world.ranks[rank].session} if rank < world.world_size else {}
         if cell.kind in ("collective", "barrier") and not signing.verify(
                 self._key, cell.as_dict(), round_=world.round, seq=last, driver=driver):
             # check, not get_if: a compare-and-set on the missing key would wake the driver's wait on it.
@@ -263,9 +263,9 @@ class Follower:
         if (claim.get("rank"), claim.get("session")) != (cell.driver, cell.session):
             claim = self._claim = holder(world) or {}  # read again only when another notebook seems to send
         rank = claim.get("rank", cell.driver)
-        driver = world.ranks[rank] if isinstance(rank, int) and 0 <= rank < len(world.ranks) else {}
+        driver = world.ranks[rank] if isinstance(rank, int) and 0 <= rank < len(world.ranks) else None
         why = signing.verify(self._key, cell.as_dict(), round_=world.round, seq=self.seq,
-                             driver={"rank": rank, "session": driver.get("session")})
+                             driver={"rank": rank, "session": None if driver is None else driver.session})
         if why is not None:
             self._refuse(cell.driver, cell.number, why)
         self.seq += 1
