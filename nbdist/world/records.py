@@ -13,6 +13,8 @@ record                  key (:mod:`.keys`)                      written by, read
 :class:`Message`        ``drive/<seq>``                         the driving notebook; its followers
                                                                 (:mod:`nbdist.drive.follow`), signed
                                                                 (:mod:`.signing` covers its ``SIGNED`` fields)
+:class:`DriveClaim`     ``drive/claim``                         the notebook that takes the drive; those that
+                                                                would take it, its followers
 :class:`Refusal`        ``drive/refused``                       a follower that refused a message; the driver
 :class:`Failure`        ``t/<n>/failed``,                       a step's first failure, a plain cell's
                         ``plain/failed/<k>``                    (:mod:`nbdist.cell`); every rank, the dashboard
@@ -205,6 +207,35 @@ class Message:
                    session=read.text("session"), kind=read.one_of("kind", MESSAGE_KINDS),
                    source=read.text("source"), flags=read.object("flags"), gen=read.count("gen"),
                    number=read.count("number"), t=read.time("t"), sig=read.text("sig", ""))
+
+
+# --- drive/claim: who drives the world ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class DriveClaim:
+    """The notebook that holds the drive of a world: its ``rank`` and its kernel (``session``). Its JSON is the
+    text compared and set (``compare_set``) to take and give back the drive, so it is always written alike."""
+
+    rank: int
+    session: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """As the driver :func:`.signing.verify` checks a message against."""
+        return _value(self)
+
+    def to_json(self) -> str:
+        return json.dumps(_value(self))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> DriveClaim:
+        read = _Fields(json_object(text))
+        return cls(rank=read.count("rank"), session=read.text("session"))
+
+    @classmethod
+    def read(cls, text: str | None) -> DriveClaim | None:
+        """Who holds the drive, or None: no one ("" once given back), or not a claim (anyone can write there: read
+        as held by no one, which the next notebook to drive takes over as one whose kernel is gone)."""
+        return None if not text else _or_none(cls.from_json, text)
 
 
 # --- drive/refused: a follower's refusal ---------------------------------------------------------
