@@ -74,6 +74,11 @@ def json_object(text: str | None) -> dict[str, Any]:
     return value
 
 
+def or_none(parse: Callable[[str], _T], text: str | None) -> _T | None:
+    """``parse(text)``, or None when the key is unset or its text is not the record (for readers that ignore it)."""
+    return _or_none(parse, text)
+
+
 def object_or_none(text: str | None) -> dict[str, Any] | None:
     """``text`` as a JSON object, or None: unset, or not one (for a value of no schema of its own)."""
     return _or_none(json_object, text)
@@ -148,6 +153,9 @@ class _Fields:
         if got not in allowed:
             raise MalformedRecord(f"its {name!r} is {shown(got)}, not one of {', '.join(allowed)}", self.value)
         return got
+
+
+Fields = _Fields  # for a record kept next to its one user, where this module would have to import upward
 
 
 def _or_none(parse: Callable[[str], _T], text: str | None) -> _T | None:
