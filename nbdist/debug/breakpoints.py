@@ -313,7 +313,7 @@ class Breakpoints:
         last = world.client.add(world.key(keys.BP_ASKS), 0)
         while seen < last:
             seen += 1
-            record = world.client.get_json_if(world.key(keys.bp_ask(seen)))
+            record = records.object_or_none(world.client.get_if(world.key(keys.bp_ask(seen))))
             if record is None:
                 seen -= 1  # counted, not yet written: the next look reads it
                 break

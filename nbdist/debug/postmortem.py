@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import StoreConnectionError
-from ..world import keys, signing
+from ..world import keys, records, signing
 from ..world.records import Registration
 from ..world.store import StoreClient
 from ..world.world import PeerTracker, World
@@ -139,7 +139,7 @@ class Responder:
         n = client.add(keys.in_round(self.round, keys.PDB_ASKS), 0)
         if n <= self.seen:
             return
-        record = client.get_json_if(keys.in_round(self.round, keys.pdb_ask(n)))
+        record = records.object_or_none(client.get_if(keys.in_round(self.round, keys.pdb_ask(n))))
         if record is None:
             return  # counted, not yet written: the next beat looks again
         self.seen = n
