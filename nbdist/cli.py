@@ -198,11 +198,10 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _where(args: argparse.Namespace) -> int:
-    import json
-
     from .debug import where
     from .errors import NbdistError
     from .world import keys, signing
+    from .world.records import Registration
     from .world.store import connect
     from .world.world import current_round
 
@@ -219,11 +218,12 @@ def _where(args: argparse.Namespace) -> int:
                 print(f"nbdist where: no world has formed at {args.master_addr}:{args.master_port}", file=sys.stderr)
                 return 1
             registrations = [keys.in_round(round_, keys.rank(i)) for i in range(int(size))]
-            ranks = [json.loads(t) for t in client.multi_get(registrations)]
+            ranks = [Registration.read(t) for t in client.multi_get(registrations)]
             key = signing.key_from(signing.world_secret(token, args.master_addr, args.master_port, client.marker))
 
             def describe(i: int) -> str:
-                return f"rank {i} ({ranks[i].get('host', '?')}, pid {ranks[i].get('pid', '?')})"
+                info = ranks[i]  # None: its slot holds no registration (anyone can write there)
+                return f"rank {i} ({info.host}, pid {info.pid})" if info is not None else f"rank {i} (?, pid ?)"
 
             print(where.where(client, round_, int(size), key, describe, threads=args.threads, native=args.native,
                               timeout=args.timeout, by=f"nbdist where in a terminal on {socket.gethostname()}"))

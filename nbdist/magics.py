@@ -294,7 +294,7 @@ class DistMagics(Magics):
             raise UsageError("pass --master-addr (or run %%dist_init first)")
         port = _port(args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT))
         backend = args.backend or (self.session.choice.backend if self.session.choice else "auto")
-        ranks = self.session.world.ranks if self.session.world else None
+        ranks = self.session.world.registrations() if self.session.world else None
         token, source = args.token, "--token"
         if not token and cfg is not None and cfg.token:
             token, source = cfg.token, f"this world's, from {cfg.sources.get('token', '%%dist_init')}"
@@ -504,7 +504,7 @@ class DistMagics(Magics):
             print("nbdist: this notebook started no workers (%dist_init --spawn N [--slurm OPTIONS] starts them)")
             return
         rows = workers.rows()
-        ranks = self.session.world.ranks if self.session.world is not None else []
+        ranks = self.session.world.registrations() if self.session.world is not None else []
         title = getattr(workers, "title", lambda: f"nbdist workers · {len(rows)} kernel(s) started by this notebook")
         table = SideBySide(title(), [f"rank {r['rank']}" for r in rows], compare=False,
                            ranks=[r["rank"] for r in rows], world_size=len(ranks) or None)

@@ -44,6 +44,7 @@ from .world import keys, link, netinfo, signing
 from .world.heartbeat import Heartbeat
 from .world.link import StoreLink
 from .world.pulse import beat_from
+from .world.records import Registration
 from .world.store import Server, StoreClient
 from .world.world import World
 
@@ -170,30 +171,30 @@ class Session:
             addr = ""
         choice = self.choice
         assert choice is not None
-        me = {
-            "session": self.id,
-            "rank": cfg.rank,
-            "host": socket.gethostname(),
-            "node": _node_id(),
-            "pid": os.getpid(),
-            "process": self.process,
-            "addr": addr,  # this rank's end of its route to the master (loopback: a tunnel or proxy)
-            "addrs": netinfo.host_addresses(),
-            "nbdist": __version__,
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "backend": choice.backend,
-            "backend_reason": choice.reason,
-            "device": choice.device,
-            "device_chosen": cfg.device is not None,
-            "torch_npu": choice.npu.torch_npu,
-            "cann": choice.npu.cann,
-            "agreed": envplan.agreed_values(choice.backend, self.env_plan, choice.npu),
-            "env": setup.env_lines(self.env_plan),
-            "keeps_beat": True,  # its heartbeat stays in the store once it stops (the others read it with the rest)
-        }
+        me = Registration(
+            session=self.id,
+            rank=cfg.rank,
+            host=socket.gethostname(),
+            node=_node_id(),
+            pid=os.getpid(),
+            process=self.process,
+            addr=addr,  # this rank's end of its route to the master (loopback: a tunnel or proxy)
+            addrs=netinfo.host_addresses(),
+            nbdist=__version__,
+            torch=torch.__version__,
+            python=platform.python_version(),
+            backend=choice.backend,
+            backend_reason=choice.reason,
+            device=choice.device,
+            device_chosen=cfg.device is not None,
+            torch_npu=choice.npu.torch_npu,
+            cann=choice.npu.cann,
+            agreed=envplan.agreed_values(choice.backend, self.env_plan, choice.npu),
+            env=setup.env_lines(self.env_plan),
+            keeps_beat=True,  # its heartbeat stays in the store once it stops (the others read it with the rest)
+        )
         world = self.link.join(me, cfg, on_status, deadline)
-        problems = envplan.disagreements(world.ranks)
+        problems = envplan.disagreements(world.registrations())
         if problems:
             self.world = None
             raise JoinError("; ".join(problems) + ". Use the same values in every notebook, then re-run %%dist_init")
@@ -210,7 +211,7 @@ class Session:
             self.rebuild_process_group("join")
         self._answer_where()
         world.note("joined")
-        return world.ranks
+        return world.registrations()
 
     def _answer_where(self) -> None:
         """Answer %dist_where from the heartbeat thread, while cells run (:mod:`nbdist.debug.where`)."""
@@ -364,8 +365,7 @@ class Session:
                                  keep=self.kept.body_ended, aids=self.aids, shows_table=shows_table)
         except StoreConnectionError as exc:
             marker = world.client.marker
-            hosts = [i for i, r in enumerate(world.ranks)
-                     if (r.get("host"), r.get("pid")) == (marker.get("host"), marker.get("pid"))]
+            hosts = [i for i, r in enumerate(world.ranks) if (r.host, r.pid) == (marker.get("host"), marker.get("pid"))]
             owner = f"{world.describe(hosts[0])}, which hosts the rendezvous server" if hosts else "the server"
             failure = StoreConnectionError(f"lost contact with {owner}: {exc}")
             cells.cut_short(failure, cells.partial_of(exc))
@@ -409,11 +409,11 @@ class Session:
         now = time.time()
         for i, info in enumerate(world.ranks):
             last = world.last(i)
-            beat = beat_from(world.client.get_if(keys.heartbeat(info["session"])))
+            beat = beat_from(world.client.get_if(keys.heartbeat(info.session)))
             left = world.client.check([world.key(keys.left(i))])
             age = None if beat is None else max(0.0, now - beat.t)
             rows.append({
-                **info,
+                **info.as_dict(),
                 "alive": beat is not None and age is not None and age < 5 * HEARTBEAT_INTERVAL and not beat.gone,
                 "gone": beat is not None and beat.gone,
                 "busy": 0.0 if beat is None else beat.busy,

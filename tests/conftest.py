@@ -22,6 +22,7 @@ import nbformat
 import pytest
 
 from nbdist.drive import kernels
+from nbdist.world.records import Registration
 
 _GIVEN: set[int] = set()
 
@@ -176,7 +177,7 @@ def init_line(rank: int, world_size: int, port: int, extra: str = "") -> str:
     return f"%%dist_init --rank {rank} --world-size {world_size} --master-addr 127.0.0.1 --master-port {port} {extra}"
 
 
-TWO_RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
+TWO_RANKS = [Registration(session="s0", rank=0, host="h", pid=1), Registration(session="s1", rank=1, host="h", pid=2)]
 
 
 @pytest.fixture

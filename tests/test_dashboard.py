@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,13 +16,13 @@ from nbdist.measure import dashboard
 from nbdist.measure.dashboard import Reader, Seen, cell_of, failure_text, previous_cell, render_html, render_text, rows
 from nbdist.view import sanitize
 from nbdist.world.pulse import Beat
-from nbdist.world.records import Busy, Failure, Note
+from nbdist.world.records import Busy, Failure, Note, Registration
 from nbdist.world.world import World
 
 from .conftest import free_port, init_line, lend, ok, run_in_background
 
 NOW = 1_000_000.0
-INFO = {"host": "vm", "device": "cpu", "pid": 7, "session": "s0"}
+INFO = Registration(session="s0", rank=0, host="vm", pid=7, device="cpu")
 
 
 BEAT = {"n": 4, "t": NOW - 0.3}  # a beat as the store holds it
@@ -105,7 +106,7 @@ def test_a_failure_reads_as_the_cell_and_what_happened_without_the_ranks_own_nam
 
 def test_the_text_snapshot_is_an_aligned_table_with_every_column():
     table = rows([Seen(INFO, beat=_beat(), last=Note("joined", NOW)),
-                  Seen({**INFO, "host": "other-host"}, left=True)], NOW)
+                  Seen(replace(INFO, host="other-host"), left=True)], NOW)
     text = render_text("title", table, ["last stop: stopped by rank 0"])
     lines = text.splitlines()
     assert lines[0] == "title" and lines[-1] == "last stop: stopped by rank 0"
@@ -114,7 +115,7 @@ def test_the_text_snapshot_is_an_aligned_table_with_every_column():
 
 
 def test_the_html_escapes_every_value_and_takes_its_colours_from_the_theme():
-    evil = {**INFO, "host": "<script>alert(1)</script>"}
+    evil = replace(INFO, host="<script>alert(1)</script>")
     markup = render_html("<b>t</b>", rows([Seen(evil, beat=_beat())], NOW))
     assert "<script>" not in markup and "&lt;script&gt;" in markup and "&lt;b&gt;t&lt;/b&gt;" in markup
     assert "var(--jp-border-color1" in markup
@@ -157,7 +158,7 @@ class FakeStore:
 
 
 def _world(store: FakeStore, n: int = 2, gen: int = 0) -> World:
-    ranks = [{**INFO, "session": f"s{i}", "pid": 10 + i} for i in range(n)]
+    ranks = [replace(INFO, session=f"s{i}", rank=i, pid=10 + i) for i in range(n)]
     world = World(store, round=3, rank=0, world_size=n, me=ranks[0], ranks=ranks)  # type: ignore[arg-type]
     world.gen = gen
     return world

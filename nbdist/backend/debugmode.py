@@ -152,7 +152,7 @@ def read(world: World) -> Switch | None:
 
 def joined_with_debug(world: World) -> bool:
     """Whether the ranks joined with TORCH_DISTRIBUTED_DEBUG=DETAIL (``%%dist_init --debug``; compared at join)."""
-    return any((r.get("agreed") or {}).get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL" for r in world.ranks)
+    return any(r.agreed.get("TORCH_DISTRIBUTED_DEBUG") == "DETAIL" for r in world.ranks)
 
 
 def _set_torch_level() -> None:

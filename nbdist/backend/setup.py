@@ -8,10 +8,10 @@ finish it. They work on the part of :class:`nbdist.session.Session` that :class:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
+from dataclasses import replace
 from typing import Any, Protocol
 
 from ..config import WorldConfig
@@ -97,7 +97,7 @@ def route_around_tunnel(b: Backend, cfg: WorldConfig) -> None:
     world, choice = b.world, b.choice
     assert world is not None and choice is not None
     hosting = b.server is not None and b.server.running
-    chosen, note, addr = tunnel.detour(world.ranks, world.rank, choice.backend, b.env_plan, cfg.master_addr,
+    chosen, note, addr = tunnel.detour(world.registrations(), world.rank, choice.backend, b.env_plan, cfg.master_addr,
                                        hosting, world.describe)
     b.around_tunnel = chosen
     if note:
@@ -108,24 +108,24 @@ def route_around_tunnel(b: Backend, cfg: WorldConfig) -> None:
         return
     b.env_plan = [chosen if v.key == chosen.key else v for v in b.env_plan]
     b.environ.set({chosen.key: chosen.value})
-    mine = world.ranks[world.rank]
-    mine.update(addr=addr, env=env_lines(b.env_plan))
-    world.client.set(world.key(keys.rank(world.rank)), json.dumps(mine))  # for those who read it again
+    mine = replace(world.ranks[world.rank], addr=addr, env=env_lines(b.env_plan))
+    world.ranks[world.rank] = mine
+    world.client.set(world.key(keys.rank(world.rank)), mine.to_json())  # for those who read it again
 
 
 def settle_devices(b: Backend) -> None:
     """Default devices follow the local rank: the index among ranks on the same host."""
     assert b.world is not None and b.choice is not None
     seen: dict[str, int] = {}
-    for info in b.world.ranks:
-        local = seen.get(info["node"], 0)
-        seen[info["node"]] = local + 1
-        info["local_rank"] = local
-        if not info["device_chosen"] and ":" in info["device"]:
-            info["device"] = f"{info['device'].split(':')[0]}:{local}"
+    for i, info in enumerate(b.world.ranks):
+        local = seen.get(info.node, 0)
+        seen[info.node] = local + 1
+        if i == b.world.rank:
+            b.local_rank = local
+        if not info.device_chosen and ":" in info.device:
+            b.world.ranks[i] = replace(info, device=f"{info.device.split(':')[0]}:{local}")
     mine = b.world.ranks[b.world.rank]
-    b.local_rank = mine["local_rank"]
-    b.choice = backends.Choice(b.choice.backend, mine["device"], b.choice.reason)
+    b.choice = backends.Choice(b.choice.backend, mine.device, b.choice.reason)
     b.device = backends.activate(b.choice)
 
 

@@ -27,6 +27,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -130,6 +131,37 @@ def _field_text(values: list[Any]) -> list[str]:
         keys = _varying(values)
         return [_tensor_text(v, keys) for v in values]
     return ["(absent)" if v is None else str(v) for v in values]
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A rank's fingerprint of one collective (``t/<n>/.../<rank>`` under :func:`.keys.compared`), for the others to
+    compare: its ``op``, its number among the group's calls (``seq``), and what else must match (``params``, by name,
+    as :func:`fingerprint` reads them: JSON values of any kind). Its JSON: ``{"op", **params, "seq"}``."""
+
+    op: str
+    seq: int
+    params: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"op": self.op, **self.params, "seq": self.seq}
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict())
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Fingerprint:
+        value = records.json_object(text)
+        read = records.Fields(value)
+        return cls(op=read.text("op"), seq=read.count("seq"),
+                   params={k: v for k, v in value.items() if k not in ("op", "seq")})
+
+    @classmethod
+    def read(cls, text: str | None) -> dict[str, Any] | None:
+        """A member's fingerprint as its JSON object, or None: not published yet, or not a fingerprint (anyone can
+        write there: left out of the comparison, as one not in yet is)."""
+        fp = records.or_none(cls.from_json, text)
+        return None if fp is None else fp.as_dict()
 
 
 def differences(fps: dict[int, dict[str, Any]]) -> list[str]:
@@ -410,7 +442,7 @@ class Checker:
         others = [i for i in who if i != world.rank]
         if self._late is None or self._late[0] != base:
             self._late = (base, Published(world.key(keys.arrivals(base)), lambda i: world.key(keys.member(base, i)),
-                                             records.object_or_none))
+                                             Fingerprint.read))
         theirs = self._late[1].look(client, others)
         fps = {world.rank: fp, **{i: theirs[i] for i in others if i in theirs}}
         problems = differences(fps)
@@ -470,7 +502,8 @@ class Checker:
 
         def compare() -> Verdict:  # every member's fingerprint is in: they published it before they arrived
             texts = client.multi_get([world.key(keys.member(base, i)) for i in who])
-            problems = differences({i: json.loads(t) for i, t in zip(who, texts, strict=True)})
+            fps = {i: Fingerprint.read(t) for i, t in zip(who, texts, strict=True)}
+            problems = differences({i: fp for i, fp in fps.items() if fp is not None})
             return verdicts.refused("; ".join(problems)) if problems else verdicts.GO
 
         # --timeout counts only for members not at work in the body: one still computing is waited for while

@@ -178,7 +178,7 @@ class LiveTable:
             for i in range(world.world_size)]
         captures = [{"outputs": [] if p is None else p.outputs} for p in parts]
         states = [_state(p, now - self.started, self._sampled(i, p, now)) for i, p in enumerate(parts)]
-        table = cell_table(self.title, world.ranks, captures, states, view=self.view, show=self.show)
+        table = cell_table(self.title, world.registrations(), captures, states, view=self.view, show=self.show)
         bundle = table._repr_mimebundle_()
         if bundle["text/html"] == self._shown:
             return

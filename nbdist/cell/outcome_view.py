@@ -34,7 +34,7 @@ def final_table(world: Any, outcome: cells.Outcome) -> CellTable:
     title = f"%%collective #{outcome.number} · {world.world_size} ranks"
     if any(c is None for c in captures):
         title += " · partial: some ranks sent no result"
-    drawn = cell_table(title, world.ranks, shown, view=outcome.view,
+    drawn = cell_table(title, world.registrations(), shown, view=outcome.view,
                        show=None if outcome.show is None else list(outcome.show))
     drawn.footer = "\n".join(note for note in (group_note(outcome), debug_hint(captures), where_note(outcome))
                               if note)

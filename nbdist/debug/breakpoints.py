@@ -313,7 +313,7 @@ class Breakpoints:
         last = world.client.add(world.key(keys.BP_ASKS), 0)
         while seen < last:
             seen += 1
-            record = world.client.get_json_if(world.key(keys.bp_ask(seen)))
+            record = records.object_or_none(world.client.get_if(world.key(keys.bp_ask(seen))))
             if record is None:
                 seen -= 1  # counted, not yet written: the next look reads it
                 break
@@ -369,8 +369,8 @@ class Breakpoints:
 
 def relay_label(world: World, rank: int) -> str:
     """A relayed prompt's label: ``rank 3 (host)``."""
-    info = world.ranks[rank] if rank < len(world.ranks) else {}
-    return f"rank {rank} ({info.get('host', '?')})"
+    info = world.ranks[rank] if rank < len(world.ranks) else None
+    return f"rank {rank} ({'?' if info is None else info.host})"
 
 
 def _hold_timeouts(seconds: float) -> Callable[[], None]:

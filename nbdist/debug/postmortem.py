@@ -27,7 +27,8 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import StoreConnectionError
-from ..world import keys, signing
+from ..world import keys, records, signing
+from ..world.records import Registration
 from ..world.store import StoreClient
 from ..world.world import PeerTracker, World
 from . import relay
@@ -126,7 +127,7 @@ class Responder:
     starts the debugger in a thread of its own."""
 
     def __init__(self, round_: int, rank: int, who: str, key: bytes | None, kept: Kept, seen: int = 0,
-                 idle: float = relay.IDLE_TIMEOUT, ranks: list[dict[str, Any]] | None = None) -> None:
+                 idle: float = relay.IDLE_TIMEOUT, ranks: list[Registration] | None = None) -> None:
         self.round, self.rank, self.who, self._key, self.kept, self.idle = round_, rank, who, key, kept, idle
         self.ranks = ranks or []  # the world's registrations: the debugger quits when the asker's kernel is gone
         self.seen = seen  # requests up to this number were seen, or were made before this rank joined
@@ -138,7 +139,7 @@ class Responder:
         n = client.add(keys.in_round(self.round, keys.PDB_ASKS), 0)
         if n <= self.seen:
             return
-        record = client.get_json_if(keys.in_round(self.round, keys.pdb_ask(n)))
+        record = records.object_or_none(client.get_if(keys.in_round(self.round, keys.pdb_ask(n))))
         if record is None:
             return  # counted, not yet written: the next beat looks again
         self.seen = n
@@ -208,8 +209,8 @@ def responder(world: World, secret: Callable[[], str], kept: Kept) -> Responder:
 
 def label(world: World, rank: int) -> str:
     """The prompt's label: ``rank 5 (host)``."""
-    info = world.ranks[rank] if rank < len(world.ranks) else {}
-    return f"rank {rank} ({info.get('host', socket.gethostname())})"
+    info = world.ranks[rank] if rank < len(world.ranks) else None
+    return f"rank {rank} ({socket.gethostname() if info is None else info.host})"
 
 
 def debug(world: World, rank: int, kept: Kept, secret: Callable[[], str], timeout: float = ANSWER_TIMEOUT) -> None:

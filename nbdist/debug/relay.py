@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from ..world import keys, signing
+from ..world import keys, records, signing
 from ..world.store import StoreClient
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class Channel:
     def line(self) -> tuple[bool, str | None]:
         """Line ``j``, if it is in the store and verifies: (True, the line, None for end of input); else
         (False, None). A refused one is logged once."""
-        record = self.client.get_json_if(self._key_of(keys.pdb_in(self.n, self.j, self.space)))
+        record = records.object_or_none(self.client.get_if(self._key_of(keys.pdb_in(self.n, self.j, self.space))))
         if record is None:
             return False, None
         if not self._verified(IN, record):
@@ -148,7 +148,7 @@ class Channel:
     def poll(self) -> Chunk | None:
         """Chunk ``j`` if it is in the store and verifies (then deleted: read once); None if not (yet)."""
         key = self._key_of(keys.pdb_out(self.n, self.j, self.space))
-        record = self.client.get_json_if(key)
+        record = records.object_or_none(self.client.get_if(key))
         if record is None:
             return None
         if not self._verified(OUT, record):

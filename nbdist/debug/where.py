@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StoreConnectionError
-from ..world import keys, signing
+from ..world import keys, records, signing
 from ..world.store import StoreClient
 from . import native, recorder, report, stacks
 
@@ -60,7 +60,8 @@ class Keys:
 
 @dataclass(frozen=True)
 class Request:
-    """What the asker wants: the other threads too, native frames (py-spy)."""
+    """What the asker wants: the other threads too, native frames (py-spy). Its record (``where/ask/<n>``): these
+    fields, sealed for :data:`ASK`; validated where read (:meth:`read`)."""
 
     n: int
     round: int
@@ -74,17 +75,29 @@ class Request:
                 "t": self.t}
 
     @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Request:
+        """The request a JSON object holds, or raise :class:`.records.MalformedRecord` naming why it is not one."""
+        read = records.Fields(value)
+        return cls(read.count("n"), read.count("round"), read.flag("threads"), read.flag("native"),
+                   read.text("by", ""), read.number("t", 0.0))
+
+    @classmethod
     def read(cls, record: Any, key: bytes, n: int, round_: int) -> Request | None:
-        """The request in ``record``, if it is sealed with ``key`` for number ``n`` of round ``round_``."""
+        """The request in ``record``, if it is sealed with ``key`` for number ``n`` of round ``round_`` and is one
+        (None: not a JSON object, not sealed, or not a request)."""
         if not signing.sealed(key, ASK, record) or record.get("n") != n or record.get("round") != round_:
             return None
-        return cls(n, round_, bool(record.get("threads")), bool(record.get("native")), str(record.get("by", "")),
-                   float(record.get("t", 0.0)))
+        try:
+            return cls.from_dict(record)
+        except records.MalformedRecord:
+            return None
 
 
 @dataclass
 class Answer:
-    """One rank's answer: its threads' stacks, its Flight Recorder, and py-spy's native frames or why not."""
+    """One rank's answer: its threads' stacks, its Flight Recorder, and py-spy's native frames or why not. Its record
+    (``where/answer/<n>/<rank>``): these fields, with ``n`` and ``round``, sealed for :data:`ANSWER` (unsealed when
+    the rank ``refused``); validated where read (:meth:`from_dict`)."""
 
     rank: int
     host: str = ""
@@ -99,10 +112,14 @@ class Answer:
                 "recorder": self.recorder, "native": self.native, "refused": self.refused}
 
     @classmethod
-    def read(cls, record: dict[str, Any]) -> Answer:
-        return cls(int(record["rank"]), str(record.get("host", "")), int(record.get("pid", 0)),
-                   list(record.get("threads") or []), dict(record.get("recorder") or {}), record.get("native"),
-                   record.get("refused"))
+    def from_dict(cls, value: dict[str, Any]) -> Answer:
+        """The answer a JSON object holds, or raise :class:`.records.MalformedRecord` naming why it is not one."""
+        read = records.Fields(value)
+        return cls(read.count("rank"), read.text("host", ""), read.count("pid") if "pid" in value else 0,
+                   read.objects("threads") if value.get("threads") is not None else [],
+                   read.object("recorder") if value.get("recorder") is not None else {},
+                   read.text("native") if value.get("native") is not None else None,
+                   read.text("refused") if value.get("refused") is not None else None)
 
 
 def sample(rank: int, request: Request) -> Answer:
@@ -152,10 +169,11 @@ class Responder:
         n = client.add(self.keys.asks, 0)
         if n <= self.seen or self._busy.locked():
             return
-        record = client.get_json_if(self.keys.ask(n))
-        if record is None:
+        text = client.get_if(self.keys.ask(n))
+        if text is None:
             return  # counted, not yet written: the next beat looks again
         self.seen = n
+        record = records.object_or_none(text)  # anyone's text: one that is not a request does not verify
         if self._key is None:
             request: Request | None = Request(n, self.keys.round)
         else:
@@ -212,16 +230,19 @@ def ask(client: StoreClient, round_: int, world_size: int, key: bytes, *, thread
     answers: dict[int, Answer] = {}
     silent: dict[int, str] = {}
     for rank in range(world_size):
-        record = client.get_json_if(keys.answer(n, rank))
+        record = records.object_or_none(client.get_if(keys.answer(n, rank)))  # anyone's text: none if not one
         if record is None:
             silent[rank] = f"no answer within {timeout:g} s"
-        elif record.get("refused"):
+        elif record.get("refused") and isinstance(record["refused"], str):
             silent[rank] = f"it cannot check requests: {record['refused']}"
         elif (not signing.sealed(key, ANSWER, record) or record.get("n") != n or record.get("round") != round_
               or record.get("rank") != rank):
             silent[rank] = "its answer did not verify (not signed with this world's key)"
         else:
-            answers[rank] = Answer.read(record)
+            try:
+                answers[rank] = Answer.from_dict(record)
+            except records.MalformedRecord as exc:
+                silent[rank] = f"its answer is not one nbdist writes ({exc})"
     return Gathered(answers, silent, time.monotonic() - started)
 
 

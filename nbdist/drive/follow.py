@@ -20,7 +20,6 @@ that runs its own ``%%collective`` is told who drives.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -62,18 +61,16 @@ def followers(world: World) -> int:
     return world.client.add(world.key(FOLLOWERS), 0)
 
 
-def holder(world: World) -> dict[str, Any] | None:
-    """Who holds the drive (``{"rank", "session"}``), or None."""
-    text = world.client.get_if(world.key(CLAIM)) or ""
-    return json.loads(text) if text else None
+def holder(world: World) -> records.DriveClaim | None:
+    """Who holds the drive, or None (:meth:`.records.DriveClaim.read`: a claim that is not one is no one's)."""
+    return records.DriveClaim.read(world.client.get_if(world.key(CLAIM)))
 
 
-def _alive(world: World, who: dict[str, Any]) -> bool:
+def _alive(world: World, who: records.DriveClaim | None) -> bool:
     """Whether the notebook that holds the drive is still that rank, and its kernel lives."""
-    rank = who.get("rank", -1)
-    if not 0 <= rank < len(world.ranks) or world.ranks[rank].get("session") != who.get("session"):
+    if who is None or not 0 <= who.rank < len(world.ranks) or world.ranks[who.rank].session != who.session:
         return False
-    beat = beat_from(world.client.get_if(keys.heartbeat(who["session"])))
+    beat = beat_from(world.client.get_if(keys.heartbeat(who.session)))
     return beat is None or not beat.gone
 
 
@@ -112,14 +109,14 @@ class Drive:
 
     def take(self, world: World) -> None:
         """Hold the drive of ``world`` (raise :class:`DriveError` if a live notebook holds it)."""
-        me = json.dumps({"rank": world.rank, "session": self.session})
+        me = records.DriveClaim(world.rank, self.session).to_json()
         current = world.client.compare_set(world.key(CLAIM), "", me)
         if current != me:
-            other = json.loads(current)
-            if _alive(world, other):
+            other = records.DriveClaim.read(current)
+            if other is not None and _alive(world, other):
                 who = fold(following(world)) or "none now"
                 raise DriveError(
-                    f"{world.describe(other['rank'])} drives this world (ranks following it: {who}): its cells run "
+                    f"{world.describe(other.rank)} drives this world (ranks following it: {who}): its cells run "
                     "there and on its followers. Run %dist_follow here to follow it too, or %dist_release there "
                     "first; nothing ran")
             current = world.client.compare_set(world.key(CLAIM), current, me)  # its notebook is gone: take over
@@ -163,7 +160,7 @@ class Drive:
         if not self.holding:
             return False
         self.holding = False
-        me = json.dumps({"rank": world.rank, "session": self.session})
+        me = records.DriveClaim(world.rank, self.session).to_json()
         if world.client.compare_set(world.key(CLAIM), me, "") != "":
             return False  # taken over meanwhile (this notebook was thought gone)
         if followers(world):
@@ -177,7 +174,7 @@ def follow_processes(world: World) -> list[int]:
     Such a rank follows from the moment it joined, even before it counts itself among the followers (a
     moment later): the first cell of a notebook must be published for it, not run in lockstep without it.
     """
-    return [i for i, info in enumerate(world.ranks) if i != world.rank and info.get("process") == "nbdist follow"]
+    return [i for i, info in enumerate(world.ranks) if i != world.rank and info.process == "nbdist follow"]
 
 
 def following(world: World) -> list[int]:
@@ -195,7 +192,7 @@ class Follower:
         self.world, self.session = world, session
         self._key = signing.key_from(secret)
         self._next_driver_check = 0.0
-        self._claim: dict[str, Any] = {}  # who held the drive when last read
+        self._claim: records.DriveClaim | None = None  # who held the drive when last read
         self.seq = self._first_seq()
 
     def __enter__(self) -> Follower:
@@ -226,7 +223,7 @@ class Follower:
         except records.MalformedRecord:
             return last + 1  # not a message: the driver's next one goes after it
         rank = cell.driver
-        driver = {"rank": rank, "session": world.ranks[rank].get("session")} if rank < world.world_size else {}
+        driver = {"rank": rank, "session": world.ranks[rank].session} if rank < world.world_size else {}
         if cell.kind in ("collective", "barrier") and not signing.verify(
                 self._key, cell.as_dict(), round_=world.round, seq=last, driver=driver):
             # check, not get_if: a compare-and-set on the missing key would wake the driver's wait on it.
@@ -260,12 +257,12 @@ class Follower:
             claims = exc.value or {}  # what a message that is not one claims: refused all the same
             self._refuse(claims.get("driver"), claims.get("number"), f"it is not a message nbdist sends ({exc})")
         claim = self._claim
-        if (claim.get("rank"), claim.get("session")) != (cell.driver, cell.session):
-            claim = self._claim = holder(world) or {}  # read again only when another notebook seems to send
-        rank = claim.get("rank", cell.driver)
-        driver = world.ranks[rank] if isinstance(rank, int) and 0 <= rank < len(world.ranks) else {}
+        if claim is None or (claim.rank, claim.session) != (cell.driver, cell.session):
+            claim = self._claim = holder(world)  # read again only when another notebook seems to send
+        rank = cell.driver if claim is None else claim.rank
+        driver = world.ranks[rank] if 0 <= rank < len(world.ranks) else None
         why = signing.verify(self._key, cell.as_dict(), round_=world.round, seq=self.seq,
-                             driver={"rank": rank, "session": driver.get("session")})
+                             driver={"rank": rank, "session": None if driver is None else driver.session})
         if why is not None:
             self._refuse(cell.driver, cell.number, why)
         self.seq += 1
@@ -282,7 +279,7 @@ class Follower:
         self._next_driver_check = now + DRIVER_CHECK
         claim = holder(self.world)
         if claim is not None and not _alive(self.world, claim):
-            raise FollowEnded(f"the driving notebook, {self.world.describe(claim['rank'])}, is gone", released=False)
+            raise FollowEnded(f"the driving notebook, {self.world.describe(claim.rank)}, is gone", released=False)
 
     def _refuse(self, claimed: object, number: object, why: str) -> NoReturn:
         """Tell the driver, end the cell it may be waiting in, and raise here: nothing of the cell runs.

@@ -35,6 +35,7 @@ from ..view.display import CELL_STYLE, DIFF_STYLE, GROUP_ABOVE, TABLE_STYLE
 from ..view.numbers import fold_alike
 from ..world import keys, records
 from ..world.pulse import BUSY_AFTER, Beat, beat_from
+from ..world.records import Registration
 from ..world.store import StoreClient
 from ..world.world import DEAD_AFTER, World
 
@@ -54,7 +55,7 @@ _IN_PROTOCOL = ("running", "inside", "waiting", "joining", "rejoined", "rebuildi
 class Seen:
     """What the store held about one rank at one moment (None where nothing was stored)."""
 
-    info: dict[str, Any]  # the rank's registration: host, device, pid, session
+    info: Registration  # the rank's registration: host, device, pid, session
     left: bool = False
     beat: Beat | None = None  # hb/<session>
     last: records.Note | None = None  # r/<round>/last/<rank>
@@ -132,7 +133,7 @@ def rows(seen: list[Seen], now: float, dead_after: float = DEAD_AFTER) -> list[R
         state = _state(s, age, dead_after)
         out.append(Row(
             rank=rank, state=state, heartbeat=_heartbeat(s.beat, age, dead_after),
-            host=str(s.info.get("host", "?")), device=str(s.info.get("device", "")),
+            host=s.info.host, device=s.info.device,
             doing="" if state == "left" else _doing(s.last, s.busy, now), error=s.error,
             trouble=state != "joined",
         ))
@@ -249,7 +250,7 @@ class Reader:
         for i, info in enumerate(ranks):
             seen.append(Seen(
                 info=info, left=client.check([world.key(keys.left(i))]),
-                beat=beat_from(client.get_if(keys.heartbeat(info["session"]))), last=lasts[i],
+                beat=beat_from(client.get_if(keys.heartbeat(info.session))), last=lasts[i],
                 busy=records.Busy.read(client.get_if(world.key(keys.busy(i)))), error=errors.get(i, ""),
             ))
         return seen, stop

@@ -18,7 +18,7 @@ def replaced_note(world: Any) -> str:
     if world is None or world.replaced is None:
         return ""
     old = world.replaced
-    return (f" rejoined in place of pid {old.get('pid', '?')} on {old.get('host', '?')}, which stopped responding; "
+    return (f" rejoined in place of pid {old.pid} on {old.host}, which stopped responding; "
             "every rank rebuilds the process group at its next %%collective")
 
 

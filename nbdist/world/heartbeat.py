@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from ..config import HEARTBEAT_INTERVAL
 from ..errors import StoreConnectionError
-from . import keys
+from . import keys, records
 from .pulse import STOPPED, Pulse
 from .store import StoreClient
 
@@ -46,7 +46,7 @@ class Heartbeat:
                 if pulse is not None and pulse.running:
                     pulse.beat()
                     if not pulsing:
-                        beat = self._client.get_json_if(self._key)
+                        beat = records.object_or_none(self._client.get_if(self._key))
                         pulsing = beat is not None and beat.get("pulse") == pulse.pid
                 elif pulsing:
                     log.warning("nbdist: the heartbeat process ended (%s); this thread beats instead",

@@ -17,6 +17,7 @@ from ..config import TIMEOUTS, WorldConfig
 from ..errors import NotInitializedError, StoreConnectionError
 from . import reach, rendezvous
 from .heartbeat import Heartbeat
+from .records import Registration
 from .store import Server, StoreClient, connect
 from .world import World
 
@@ -60,7 +61,7 @@ class StoreLink:
         self.watch_client = self.client.clone(op_timeout=5.0)
         return self.client
 
-    def join(self, me: dict[str, Any], cfg: WorldConfig, on_status: Callable[[Any], None] | None,
+    def join(self, me: Registration, cfg: WorldConfig, on_status: Callable[[Any], None] | None,
              deadline: float) -> World:
         """Register ``me`` and wait for every rank (:func:`nbdist.world.rendezvous.join`); the world formed."""
         assert self.client is not None

@@ -98,7 +98,7 @@ def _restart_for_token(server: Server, session: str) -> None:
     finally:
         client.close()
     if others:
-        who = ", ".join(f"rank {o['rank']} ({o.get('host', '?')}, pid {o.get('pid', '?')})" for o in others)
+        who = ", ".join(f"rank {o.rank} ({o.host}, pid {o.pid})" for o in others)
         was = "with another token" if server.token else "without a token"
         raise JoinError(
             f"this notebook hosts the rendezvous server at {address}, started {was}, and {who} still "

@@ -4,32 +4,37 @@ Anyone who reaches the store's port can write into it, so every record is valida
 ``from_json`` takes any text and returns the record, or raises :class:`MalformedRecord`, whose message
 says why the text is not one (for the reader to refuse or ignore it, never a ``KeyError`` later on).
 
-====================  ======================================  ============================================
-record                key (:mod:`.keys`)                      written by, read by
-====================  ======================================  ============================================
-:class:`Message`      ``drive/<seq>``                         the driving notebook; its followers
-                                                              (:mod:`nbdist.drive.follow`), signed
-                                                              (:mod:`.signing` covers its ``SIGNED`` fields)
-:class:`Refusal`      ``drive/refused``                       a follower that refused a message; the driver
-:class:`Failure`      ``t/<n>/failed``,                       a step's first failure, a plain cell's
-                      ``plain/failed/<k>``                    (:mod:`nbdist.cell`); every rank, the dashboard
-:class:`Arrival`      ``t/<n>/rec/<i>``                       each rank at a step's meeting; the last to
-                                                              arrive (:meth:`nbdist.world.world.World.meet`)
-:class:`Note`         ``last/<i>``                            each rank, what it last did; the others'
-                                                              waits and messages, %dist_status, the
-                                                              dashboard
-:class:`StopAll`      ``stops/<n>``                           whoever stops every rank's cell; each rank's
-                                                              guard (:mod:`nbdist.cell.guard`)
-:class:`Busy`         ``busy/<i>``                            each rank's guard, whether it runs a cell;
-                                                              the waits outside cells, the dashboard
-:class:`LivePart`     ``t/<n>/live/<i>``                      each rank, its part of a cell's live table;
-                                                              the notebooks that show it
-                                                              (:mod:`nbdist.cell.live`)
-:class:`Capture`      ``t/<n>/out/<i>``                       each rank, its record of a ``%%collective`` at
-                                                              its end; every notebook that shows its table,
-                                                              the ranks that wait for it
-                                                              (:mod:`nbdist.cell.ending`)
-====================  ======================================  ============================================
+======================  ======================================  ============================================
+record                  key (:mod:`.keys`)                      written by, read by
+======================  ======================================  ============================================
+:class:`Registration`   ``r/<n>/rank/<i>``                      each rank as it claims its slot in a round
+                                                                (:mod:`.rendezvous`); every rank of the world
+                                                                (``World.ranks``), ``nbdist where``
+:class:`Message`        ``drive/<seq>``                         the driving notebook; its followers
+                                                                (:mod:`nbdist.drive.follow`), signed
+                                                                (:mod:`.signing` covers its ``SIGNED`` fields)
+:class:`DriveClaim`     ``drive/claim``                         the notebook that takes the drive; those that
+                                                                would take it, its followers
+:class:`Refusal`        ``drive/refused``                       a follower that refused a message; the driver
+:class:`Failure`        ``t/<n>/failed``,                       a step's first failure, a plain cell's
+                        ``plain/failed/<k>``                    (:mod:`nbdist.cell`); every rank, the dashboard
+:class:`Arrival`        ``t/<n>/rec/<i>``                       each rank at a step's meeting; the last to
+                                                                arrive (:meth:`nbdist.world.world.World.meet`)
+:class:`Note`           ``last/<i>``                            each rank, what it last did; the others'
+                                                                waits and messages, %dist_status, the
+                                                                dashboard
+:class:`StopAll`        ``stops/<n>``                           whoever stops every rank's cell; each rank's
+                                                                guard (:mod:`nbdist.cell.guard`)
+:class:`Busy`           ``busy/<i>``                            each rank's guard, whether it runs a cell;
+                                                                the waits outside cells, the dashboard
+:class:`LivePart`       ``t/<n>/live/<i>``                      each rank, its part of a cell's live table;
+                                                                the notebooks that show it
+                                                                (:mod:`nbdist.cell.live`)
+:class:`Capture`        ``t/<n>/out/<i>``                       each rank, its record of a ``%%collective`` at
+                                                                its end; every notebook that shows its table,
+                                                                the ranks that wait for it
+                                                                (:mod:`nbdist.cell.ending`)
+======================  ======================================  ============================================
 
 Each keeps the JSON fields the store has always held (fields it does not know are read past), so kernels of
 this version and the one before read each other's records.
@@ -39,7 +44,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import NbdistError
@@ -69,12 +74,18 @@ def json_object(text: str | None) -> dict[str, Any]:
     return value
 
 
+def or_none(parse: Callable[[str], _T], text: str | None) -> _T | None:
+    """``parse(text)``, or None when the key is unset or its text is not the record (for readers that ignore it)."""
+    return _or_none(parse, text)
+
+
 def object_or_none(text: str | None) -> dict[str, Any] | None:
     """``text`` as a JSON object, or None: unset, or not one (for a value of no schema of its own)."""
     return _or_none(json_object, text)
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """``value`` as JSON, cut to 40 characters (for a message that names what a key holds)."""
     text = json.dumps(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -92,7 +103,7 @@ class _Fields:
             raise MalformedRecord(f"it has no {name!r}", self.value)
         got = self.value[name]
         if not isinstance(got, kind) or (isinstance(got, bool) and kind is not bool):  # JSON's true is no number
-            raise MalformedRecord(f"its {name!r} is {_shown(got)}, not {what}", self.value)
+            raise MalformedRecord(f"its {name!r} is {shown(got)}, not {what}", self.value)
         return got
 
     def count(self, name: str, least: int = 0) -> int:
@@ -111,7 +122,7 @@ class _Fields:
             raise MalformedRecord(f"it has no {name!r}", self.value)
         got = self.value[name]
         if isinstance(got, bool) or not isinstance(got, (int, float)) or not got >= 0:  # not NaN either
-            raise MalformedRecord(f"its {name!r} is {_shown(got)}, not a time", self.value)
+            raise MalformedRecord(f"its {name!r} is {shown(got)}, not a time", self.value)
         return float(got)
 
     def number(self, name: str, default: Any = ...) -> float:
@@ -120,7 +131,7 @@ class _Fields:
             return float(default)
         got = self.value.get(name)
         if isinstance(got, bool) or not isinstance(got, (int, float)):
-            raise MalformedRecord(f"its {name!r} is {_shown(got)}, not a number", self.value)
+            raise MalformedRecord(f"its {name!r} is {shown(got)}, not a number", self.value)
         return float(got)
 
     def objects(self, name: str) -> list[dict[str, Any]]:
@@ -140,8 +151,11 @@ class _Fields:
     def one_of(self, name: str, allowed: tuple[str, ...]) -> str:
         got = self.text(name)
         if got not in allowed:
-            raise MalformedRecord(f"its {name!r} is {_shown(got)}, not one of {', '.join(allowed)}", self.value)
+            raise MalformedRecord(f"its {name!r} is {shown(got)}, not one of {', '.join(allowed)}", self.value)
         return got
+
+
+Fields = _Fields  # for a record kept next to its one user, where this module would have to import upward
 
 
 def _or_none(parse: Callable[[str], _T], text: str | None) -> _T | None:
@@ -201,6 +215,35 @@ class Message:
                    session=read.text("session"), kind=read.one_of("kind", MESSAGE_KINDS),
                    source=read.text("source"), flags=read.object("flags"), gen=read.count("gen"),
                    number=read.count("number"), t=read.time("t"), sig=read.text("sig", ""))
+
+
+# --- drive/claim: who drives the world ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class DriveClaim:
+    """The notebook that holds the drive of a world: its ``rank`` and its kernel (``session``). Its JSON is the
+    text compared and set (``compare_set``) to take and give back the drive, so it is always written alike."""
+
+    rank: int
+    session: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """As the driver :func:`.signing.verify` checks a message against."""
+        return _value(self)
+
+    def to_json(self) -> str:
+        return json.dumps(_value(self))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> DriveClaim:
+        read = _Fields(json_object(text))
+        return cls(rank=read.count("rank"), session=read.text("session"))
+
+    @classmethod
+    def read(cls, text: str | None) -> DriveClaim | None:
+        """Who holds the drive, or None: no one ("" once given back), or not a claim (anyone can write there: read
+        as held by no one, which the next notebook to drive takes over as one whose kernel is gone)."""
+        return None if not text else _or_none(cls.from_json, text)
 
 
 # --- drive/refused: a follower's refusal ---------------------------------------------------------
@@ -354,7 +397,7 @@ def world_error(text: str) -> str:
     naming what it holds (the round is marked failed either way)."""
     value = _or_none(json_object, text)
     message = None if value is None else value.get("message")
-    return message if isinstance(message, str) else f"this round of the world is marked failed: {_shown(text)}"
+    return message if isinstance(message, str) else f"this round of the world is marked failed: {shown(text)}"
 
 
 # --- stops/<n>: a stop of every rank -----------------------------------------------------------------
@@ -457,28 +500,28 @@ def _why_not(value: Any, shape: Any, name: str) -> str | None:
         return None
     if isinstance(shape, _Object):
         if not isinstance(value, dict):
-            return f"{name} is {_shown(value)}, not a JSON object"
-        for field in shape.must:
-            if field not in value:
-                return f"{name} has no {field!r}"
-        for field, inner in {**shape.must, **shape.may}.items():
-            if field in value and (why := _why_not(value[field], inner, f"{name}[{field!r}]")):
+            return f"{name} is {shown(value)}, not a JSON object"
+        for key in shape.must:
+            if key not in value:
+                return f"{name} has no {key!r}"
+        for key, inner in {**shape.must, **shape.may}.items():
+            if key in value and (why := _why_not(value[key], inner, f"{name}[{key!r}]")):
                 return why
         return None
     if isinstance(shape, list):
         if not isinstance(value, list):
-            return f"{name} is {_shown(value)}, not a list"
+            return f"{name} is {shown(value)}, not a list"
         return next((why for i, v in enumerate(value) if (why := _why_not(v, shape[0], f"{name}[{i}]"))), None)
     if isinstance(shape, dict):
         if not isinstance(value, dict):
-            return f"{name} is {_shown(value)}, not a JSON object"
+            return f"{name} is {shown(value)}, not a JSON object"
         return next((why for k, v in value.items() if (why := _why_not(v, shape[str], f"{name}[{k!r}]"))), None)
     if shape is _NUMBER:
         fits = isinstance(value, (int, float)) and not isinstance(value, bool)
     else:
         fits = isinstance(value, shape) and (shape is bool or not isinstance(value, bool))
     what = {str: "text", int: "a whole number", bool: "true or false", _NUMBER: "a number"}[shape]
-    return None if fits else f"{name} is {_shown(value)}, not {what}"
+    return None if fits else f"{name} is {shown(value)}, not {what}"
 
 
 _BUNDLE = {str: str}  # a MIME bundle: text by MIME type (images as base64), as nbdist passes them on
@@ -532,7 +575,7 @@ class Capture:
         for i, out in enumerate(outputs):
             kind = out.get("kind")
             if kind not in OUTPUT_KINDS:
-                raise MalformedRecord(f"its 'outputs'[{i}]['kind'] is {_shown(kind)}, not one of "
+                raise MalformedRecord(f"its 'outputs'[{i}]['kind'] is {shown(kind)}, not one of "
                                       f"{', '.join(OUTPUT_KINDS)}", value)
             if why := _why_not(out, _DISPLAY_OUTPUT if kind == "display" else _TEXT_OUTPUT, f"its 'outputs'[{i}]"):
                 raise MalformedRecord(why, value)
@@ -554,3 +597,71 @@ class Capture:
         there: read as none, which every table shows as a rank that sent no result)."""
         capture = _or_none(cls.from_json, text)
         return None if capture is None else capture.as_dict()
+
+
+# --- r/<n>/rank/<i>: a rank's registration in a round ----------------------------------------------
+
+@dataclass(frozen=True)
+class Registration:
+    """A rank's claim of its slot in a round, and what the others learn of it once the world formed
+    (``World.ranks``): its kernel (``session``), ``rank``, ``host``, ``pid``; what runs it (``process``: "kernel" or
+    "nbdist follow"), its ``node`` (ranks on one node share devices), its end of its route to the master (``addr``)
+    and its other addresses (``addrs``); the versions of ``nbdist``, ``torch`` and ``python``; its ``backend`` (and
+    ``backend_reason``), ``device`` (``device_chosen``: by --device), ``torch_npu`` and ``cann`` (None: absent);
+    the values every rank must give alike (``agreed``), its environment's plan (``env``); whether its heartbeat
+    stays in the store once it stops (``keeps_beat``: the version before removes it); and ``nonce``, which tells
+    its own claim from another's. Only ``session``, ``rank``, ``host`` and ``pid`` must be there: the rest have
+    defaults for a kernel of an earlier version.
+    """
+
+    session: str
+    rank: int
+    host: str
+    pid: int
+    process: str = "kernel"
+    node: str = ""
+    addr: str = ""
+    addrs: list[str] = field(default_factory=list)
+    nbdist: str = ""
+    torch: str = ""
+    python: str = ""
+    backend: str = ""
+    backend_reason: str = ""
+    device: str = ""
+    device_chosen: bool = False
+    torch_npu: str | None = None
+    cann: str | None = None
+    agreed: dict[str, str] = field(default_factory=dict)
+    env: list[str] = field(default_factory=list)
+    keeps_beat: bool = False
+    nonce: str = ""
+
+    _SHAPES: ClassVar[dict[str, Any]] = {"process": str, "node": str, "addr": str, "addrs": [str], "nbdist": str,
+                                         "torch": str, "python": str, "backend": str, "backend_reason": str,
+                                         "device": str, "device_chosen": bool, "agreed": {str: str}, "env": [str],
+                                         "keeps_beat": bool, "nonce": str}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as the JSON object the store holds (the views take a rank's registration as one)."""
+        return _value(self)
+
+    def to_json(self) -> str:
+        return json.dumps(_value(self))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Registration:
+        value = json_object(text)
+        read = _Fields(value)
+        session, rank, host, pid = read.text("session"), read.count("rank"), read.text("host"), read.count("pid")
+        for name, shape in (*cls._SHAPES.items(), ("torch_npu", str), ("cann", str)):
+            if name in value and not (value[name] is None and name in ("torch_npu", "cann")) and (
+                    why := _why_not(value[name], shape, f"its {name!r}")):
+                raise MalformedRecord(why, value)
+        return cls(session=session, rank=rank, host=host, pid=pid,
+                   **{name: value[name] for name in (*cls._SHAPES, "torch_npu", "cann") if name in value})
+
+    @classmethod
+    def read(cls, text: str | None) -> Registration | None:
+        """The registration a slot holds, or None: unset, withdrawn (""), or not a registration (anyone can write
+        there: the rendezvous takes such a slot as held by no one alive)."""
+        return None if not text else _or_none(cls.from_json, text)

@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ..config import POLL_INTERVAL
@@ -20,8 +21,9 @@ from ..errors import JoinError, WaitTimeout, WorldChangedError
 from ..ranksets import ranks_text
 from . import keys, records
 from .pulse import beat_from
+from .records import Registration
 from .store import StoreClient
-from .world import World, current_round
+from .world import World, current_round, read_ranks
 
 StatusCallback = Callable[[dict[str, Any]], None]
 
@@ -33,20 +35,23 @@ def is_alive(client: StoreClient, session: str, window: float = 2.5) -> bool:
 
 def join(
     client: StoreClient,
-    me: dict[str, Any],
+    me: Registration,
     world_size: int,
     timeout: float,
     on_status: StatusCallback | None = None,
     deadline: float | None = None,
 ) -> World:
-    """Claim ``me["rank"]`` in the current round and wait until every rank has joined.
+    """Claim ``me.rank`` in the current round and wait until every rank has joined.
 
     ``timeout`` is the --timeout the user gave (named in messages); ``deadline``
     (monotonic) is when to give up, if the join started before this call (the
     elapsed time shown counts from then).
+
+    A slot that holds something other than a registration (anyone can write into the store) is taken as held by
+    no one alive: a stale claim, taken over as one whose kernel is gone is.
     """
-    rank = me["rank"]
-    session = me["session"]
+    rank = me.rank
+    session = me.session
     started = time.monotonic() if deadline is None else deadline - timeout
     deadline = started + timeout
     while True:
@@ -54,14 +59,15 @@ def join(
         ready = client.check([keys.in_round(r, keys.READY)])
         size = client.compare_set(keys.in_round(r, keys.SIZE), "", str(world_size))
         nonce = uuid.uuid4().hex
-        mine = json.dumps({**me, "nonce": nonce})
+        mine = replace(me, nonce=nonce).to_json()
         if ready:
             holder_text = client.get_if(keys.in_round(r, keys.rank(rank)))
-            holder = json.loads(holder_text) if holder_text else None
-            if holder_text and holder and holder["session"] != session:
-                if is_alive(client, holder["session"]):
+            holder = Registration.read(holder_text)
+            if holder_text and (holder is None or holder.session != session):
+                if holder is not None and is_alive(client, holder.session):
                     raise _duplicate(rank, holder)
-                if int(size) == world_size and any_alive(client, _claimants(client, r, holder["session"])):
+                gone = "" if holder is None else holder.session
+                if int(size) == world_size and any_alive(client, _claimants(client, r, gone)):
                     world = _replace(client, r, rank, world_size, me, holder_text)
                     if world is not None:
                         return world
@@ -78,22 +84,25 @@ def join(
                 _advance(client, r)  # only abandoned claims: start afresh
                 continue
             message = (
-                f"world sizes disagree: rank {rank} ({me['host']}) says --world-size "
+                f"world sizes disagree: rank {rank} ({me.host}) says --world-size "
                 f"{world_size}, but the world being formed has {size}; use the same "
                 "--world-size in every notebook"
             )
             client.compare_set(keys.in_round(r, keys.ERROR), "", json.dumps({"message": message}))
             raise JoinError(message)
-        claim = json.loads(claim_text)
-        if claim.get("nonce") == nonce:
+        claim = Registration.read(claim_text)  # None: not a registration, a claim held by no one alive
+        if claim is not None and claim.nonce == nonce:
             client.add(keys.in_round(r, keys.COUNT), 1)
             client.append(keys.in_round(r, keys.JOINED), f"{rank},")
-        elif claim["session"] == session:
+        elif claim is not None and claim.session == session:
             client.set(keys.in_round(r, keys.rank(rank)), mine)  # our own earlier, interrupted attempt
-        elif is_alive(client, claim["session"]):
+        elif claim is not None and is_alive(client, claim.session):
             raise _duplicate(rank, claim)
         elif client.compare_set(keys.in_round(r, keys.rank(rank)), claim_text, mine) != mine:
             continue  # someone else replaced the stale claim first; look again
+        elif claim is None and rank not in _listed(client, r):
+            client.add(keys.in_round(r, keys.COUNT), 1)  # a stale claim is counted; what is not one never was
+            client.append(keys.in_round(r, keys.JOINED), f"{rank},")
         break
     world = World(client, r, rank, world_size, me)
     world.note("joining")
@@ -103,14 +112,14 @@ def join(
         _withdraw(client, r, rank, session)  # an interrupted or failed join must not count
         raise
     registrations = [keys.in_round(r, keys.rank(i)) for i in range(world_size)]
-    world.ranks = [json.loads(t) for t in client.multi_get(registrations)]
+    world.ranks = read_ranks(client.multi_get(registrations))
     if on_status is not None:
         on_status(_join_status(client, r, world_size, time.monotonic() - started, world.ranks))
     return world
 
 
 def _replace(
-    client: StoreClient, r: int, rank: int, world_size: int, me: dict[str, Any], holder_text: str
+    client: StoreClient, r: int, rank: int, world_size: int, me: Registration, holder_text: str
 ) -> World | None:
     """Take the slot of a rank that stopped responding in a formed world (its kernel restarted).
 
@@ -118,14 +127,14 @@ def _replace(
     at the next %%collective (a new generation). None if another notebook
     took the slot first.
     """
-    mine = json.dumps({**me, "nonce": uuid.uuid4().hex})
+    mine = replace(me, nonce=uuid.uuid4().hex).to_json()
     if client.compare_set(keys.in_round(r, keys.rank(rank)), holder_text, mine) != mine:
         return None
     world = World(client, r, rank, world_size, me)
     world.bump_generation(world.store_generation())
     world.enter_generation(world.store_generation())
     world.note("rejoined (replacing a rank that stopped responding)")
-    world.replaced = json.loads(holder_text)
+    world.replaced = Registration.read(holder_text)  # None: the slot held something else
     return world
 
 
@@ -168,7 +177,8 @@ def _withdraw(client: StoreClient, r: int, rank: int, session: str) -> None:
         return
     key = keys.in_round(r, keys.rank(rank))
     current = client.get_if(key)
-    if current and json.loads(current)["session"] == session:
+    claim = Registration.read(current)
+    if current and claim is not None and claim.session == session:
         if client.compare_set(key, current, "") == "":
             client.add(keys.in_round(r, keys.COUNT), -1)
 
@@ -179,7 +189,7 @@ def _advance(client: StoreClient, r: int) -> None:
 
 
 def _claimants(client: StoreClient, r: int, exclude: str) -> list[str]:
-    sessions = [info["session"] for info in _joined(client, r).values()]
+    sessions = [info.session for info in _joined(client, r).values()]
     return [s for s in sessions if s != exclude]
 
 
@@ -210,29 +220,37 @@ def alive_sessions(client: StoreClient, sessions: list[str], window: float = 2.5
     return alive
 
 
-def live_peers(client: StoreClient, session: str) -> list[dict[str, Any]]:
+def live_peers(client: StoreClient, session: str) -> list[Registration]:
     """Registrations of the current round held by other live sessions that have not left."""
     r = current_round(client)
     claims = {i: info for i, info in _joined(client, r).items()
-              if info["session"] != session and not client.check([keys.in_round(r, keys.left(i))])}
-    alive = alive_sessions(client, [info["session"] for info in claims.values()])
-    return [info for info in claims.values() if info["session"] in alive]
+              if info.session != session and not client.check([keys.in_round(r, keys.left(i))])}
+    alive = alive_sessions(client, [info.session for info in claims.values()])
+    return [info for info in claims.values() if info.session in alive]
 
 
-def _duplicate(rank: int, holder: dict[str, Any]) -> JoinError:
+def _duplicate(rank: int, holder: Registration) -> JoinError:
     return JoinError(
-        f"rank {rank} is already taken by a notebook on {holder.get('host', '?')} "
-        f"(pid {holder.get('pid', '?')}); give this notebook another --rank, or run "
+        f"rank {rank} is already taken by a notebook on {holder.host} "
+        f"(pid {holder.pid}); give this notebook another --rank, or run "
         "%dist_destroy in that notebook first"
     )
 
 
-def _joined(client: StoreClient, r: int) -> dict[int, dict[str, Any]]:
-    """Registrations of the ranks that have claimed a slot in round ``r``."""
+def _listed(client: StoreClient, r: int) -> list[int]:
+    """The ranks that were counted in as they claimed a slot in round ``r`` (``joined``: each once it claimed)."""
     text = client.get_if(keys.in_round(r, keys.JOINED)) or ""
-    present = sorted({int(x) for x in text.split(",") if x.strip().isdigit()})
-    texts = {i: client.get(keys.in_round(r, keys.rank(i))) for i in present}
-    return {i: json.loads(t) for i, t in texts.items() if t}  # "" = a withdrawn slot
+    return sorted({int(x) for x in text.split(",") if x.strip().isdigit()})
+
+
+def _joined(client: StoreClient, r: int) -> dict[int, Registration]:
+    """Registrations of the ranks that have claimed a slot in round ``r`` (not a withdrawn one, "", nor one that
+    holds something else)."""
+    present = _listed(client, r)
+    found = {i: Registration.read(client.get(keys.in_round(r, keys.rank(i)))) for i in present}
+    return {i: info for i, info in found.items() if info is not None}
+
+
 
 
 def _join_status(
@@ -240,13 +258,13 @@ def _join_status(
     r: int,
     world_size: int,
     elapsed: float,
-    ranks: list[dict[str, Any]] | None = None,
+    ranks: list[Registration] | None = None,
 ) -> dict[str, Any]:
-    """Who has joined round ``r``, from where, and who is missing."""
+    """Who has joined round ``r``, from where (each registration as its JSON object), and who is missing."""
     if ranks is None:
-        infos = {i: info for i, info in _joined(client, r).items() if i < world_size}
+        infos = {i: info.as_dict() for i, info in _joined(client, r).items() if i < world_size}
     else:
-        infos = dict(enumerate(ranks))
+        infos = {i: info.as_dict() for i, info in enumerate(ranks)}
     return {
         "round": r,
         "world_size": world_size,

@@ -18,7 +18,6 @@ the others at its next step that uses it.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -31,7 +30,7 @@ from . import keys, meeting, records
 from . import verdict as verdicts
 from .meeting import Cause, Leave, Next, Seen
 from .pulse import Beat, beat_from, judge
-from .records import Arrival, Busy, MalformedRecord, Note
+from .records import Arrival, Busy, MalformedRecord, Note, Registration
 from .store import StoreClient
 from .verdict import Verdict
 
@@ -81,9 +80,9 @@ class PeerTracker:
     network is unreachable); a beat that moves is alive, however busy.
     """
 
-    def __init__(self, ranks: list[dict[str, Any]], me: int) -> None:
+    def __init__(self, ranks: list[Registration], me: int) -> None:
         self.ranks = ranks
-        self._peers = {i: r["session"] for i, r in enumerate(ranks) if i != me}
+        self._peers = {i: r.session for i, r in enumerate(ranks) if i != me}
         self._seen: dict[int, tuple[Any, float]] = {}
         # Peers whose beat is in the store and stays there (a kernel of this version leaves its last beat when it
         # stops: Heartbeat.stop): read together, in one multi_get, which would wait for a key that is not there.
@@ -98,7 +97,7 @@ class PeerTracker:
         for i, session in self._peers.items():
             if i not in beats:
                 text = client.get_if(keys.heartbeat(session))
-                if text is not None and self.ranks[i].get("keeps_beat") is True:
+                if text is not None and self.ranks[i].keeps_beat:
                     self._kept.add(i)
                 beats[i] = beat_from(text)
         return beats
@@ -115,12 +114,27 @@ class PeerTracker:
             self._seen[i] = (n, since)
             state, seconds = judge(beat, now - since, DEAD_AFTER)
             if state == "gone":
-                what = "its nbdist follow process" if self.ranks[i].get("process") == "nbdist follow" else "its kernel"
+                what = "its nbdist follow process" if self.ranks[i].process == "nbdist follow" else "its kernel"
                 gone.append((i, f"is gone: {what} exited or was killed"))
             elif state == "dead":
                 gone.append((i, f"stopped responding: no heartbeat for {seconds:.0f} s (its kernel, host or "
                                 "network went away)"))
         return gone
+
+
+def read_ranks(texts: list[str], before: list[Registration] | None = None) -> list[Registration]:
+    """Each rank's registration, from its slot's text in a formed round. A slot that holds something else (anyone
+    can write into the store) keeps the registration read ``before``; with none, the join fails naming it."""
+    ranks = []
+    for i, text in enumerate(texts):
+        try:
+            ranks.append(Registration.from_json(text))
+        except MalformedRecord as exc:
+            if before is None or i >= len(before):
+                raise JoinError(f"rank {i}'s slot in the store holds no registration ({exc}): "
+                                f"{records.shown(text)}; run %%dist_init again in every notebook") from None
+            ranks.append(before[i])
+    return ranks
 
 
 @dataclass
@@ -131,10 +145,10 @@ class World:
     round: int
     rank: int
     world_size: int
-    me: dict[str, Any]
-    ranks: list[dict[str, Any]] = field(default_factory=list)
+    me: Registration
+    ranks: list[Registration] = field(default_factory=list)
     gen: int = 0
-    replaced: dict[str, Any] | None = None  # the registration this rank took over, if any
+    replaced: Registration | None = None  # the registration this rank took over, if any
     pg: Any = None  # the ProcessGroup of the current generation, once built
     last_turn: int | None = None  # the last step this rank met the others at
     attend: Callable[[], None] | None = None  # called as this rank waits in the main thread (a driven rank's debugger)
@@ -143,13 +157,17 @@ class World:
     _tracker: PeerTracker | None = None
     _noted: set[int] = field(default_factory=set)  # ranks seen to have a note (last/<i>): it is never taken back
 
+    def registrations(self) -> list[dict[str, Any]]:
+        """Each rank's registration as its JSON object (for the pure parts that take one: views, plans, checks)."""
+        return [info.as_dict() for info in self.ranks]
+
     def key(self, name: str) -> str:
         """``name`` (built by :mod:`nbdist.world.keys`) in this world's round."""
         return keys.in_round(self.round, name)
 
     def describe(self, i: int) -> str:
-        info = self.ranks[i] if i < len(self.ranks) else {}
-        return f"rank {i} ({info.get('host', '?')}, pid {info.get('pid', '?')})"
+        info = self.ranks[i] if i < len(self.ranks) else None
+        return f"rank {i} ({info.host}, pid {info.pid})" if info is not None else f"rank {i} (?, pid ?)"
 
     # --- generations -----------------------------------------------------
     def store_generation(self) -> int:
@@ -163,7 +181,7 @@ class World:
         """Take ``gen`` as this world's generation and re-read the registrations (a rank may have been replaced)."""
         self.gen = gen
         names = [self.key(keys.rank(i)) for i in range(self.world_size)]
-        self.ranks = [json.loads(t) for t in self.client.multi_get(names)]
+        self.ranks = read_ranks(self.client.multi_get(names), self.ranks)
         self._tracker = None
 
     # --- steps in lockstep ------------------------------------------------
@@ -297,7 +315,7 @@ class World:
 
     def lost(self, dead: list[tuple[int, str]]) -> PeerLostError:
         who = "; ".join(f"{self.describe(i)} {why}" for i, why in dead)
-        if all(self.ranks[i].get("process") == "nbdist follow" for i, _ in dead):
+        if all(self.ranks[i].process == "nbdist follow" for i, _ in dead):
             again = (f"Once a follower joins again as {'that rank' if len(dead) == 1 else 'those ranks'} (nbdist "
                      f"follow --rank {dead[0][0]} ...), this notebook carries on at its next %%collective; %dist_init "
                      "--spawn again forms a new world")

@@ -21,6 +21,7 @@ from nbdist.cell.turn import Turn
 from nbdist.errors import CollectiveError, CollectiveMismatchError
 from nbdist.world import keys, store
 from nbdist.world import verdict as verdicts
+from nbdist.world.records import Registration
 from nbdist.world.store import Server, StoreCounts, connect
 from nbdist.world.world import World, step_name
 
@@ -77,7 +78,7 @@ def formed(port: int, n: int, distrusting: dict[int, str] | None = None) -> Iter
     """``n`` ranks that just joined one world; ``distrusting``: ranks whose group cannot be trusted, and why."""
     server = Server("127.0.0.1", port)
     clients = [connect("127.0.0.1", port) for _ in range(n)]
-    ranks = [{"session": f"s{i}", "host": "h", "pid": i + 1} for i in range(n)]
+    ranks = [Registration(session=f"s{i}", rank=i, host="h", pid=i + 1) for i in range(n)]
     try:
         worlds = [World(c, 0, i, n, ranks[i], ranks) for i, c in enumerate(clients)]
         for w in worlds:

@@ -13,7 +13,7 @@ def capture(error: dict[str, Any] | None = None, **more: Any) -> dict[str, Any]:
 
 
 ZERO = {"ename": "ZeroDivisionError", "evalue": "division by zero", "traceback": "", "short": ""}
-WORLD = SimpleNamespace(world_size=3, ranks=[{"host": "h", "pid": i} for i in range(3)])
+WORLD = SimpleNamespace(world_size=3, registrations=lambda: [{"host": "h", "pid": i} for i in range(3)])
 
 
 def test_the_table_of_a_failed_cell_ends_with_the_line_that_debugs_the_rank_that_raised():

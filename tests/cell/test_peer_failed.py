@@ -11,10 +11,11 @@ from nbdist.cell.fingerprint import Checker, raise_if_failed
 from nbdist.cell.watch import publish_failure
 from nbdist.errors import CollectiveMismatchError, PeerFailedError
 from nbdist.world import keys
+from nbdist.world.records import Registration
 from nbdist.world.store import Server, connect
 from nbdist.world.world import World
 
-RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
+RANKS = [Registration(session="s0", rank=0, host="h", pid=1), Registration(session="s1", rank=1, host="h", pid=2)]
 CELL = "g0/c/1"
 
 

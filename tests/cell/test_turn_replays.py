@@ -22,11 +22,11 @@ from nbdist.cell.turn import Turn
 from nbdist.errors import PeerFailedError, StoppedError
 from nbdist.session import Session
 from nbdist.world import verdict as verdicts
-from nbdist.world.records import Arrival, CellStart
+from nbdist.world.records import Arrival, CellStart, Registration
 from nbdist.world.store import Server, StoreClient, connect
 from nbdist.world.world import World, step_name
 
-RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
+RANKS = [Registration(session="s0", rank=0, host="h", pid=1), Registration(session="s1", rank=1, host="h", pid=2)]
 BODY = "x = RANK\n"
 WAIT = 30.0  # the other rank's --timeout: a replay that regresses waits it out, then fails
 
@@ -189,7 +189,7 @@ def test_f5_a_stop_as_a_driving_notebook_publishes_its_cell_leaves_no_hole_in_th
     driver, follower_world = pair
     secret = "a world secret"
     session = Session(None)
-    session.world, session.watch_client, session.drive = driver, driver.client, Drive(RANKS[0]["session"])
+    session.world, session.watch_client, session.drive = driver, driver.client, Drive(RANKS[0].session)
     session.secret = lambda: secret  # type: ignore[method-assign]
     with Follower(follower_world, "s1", secret) as follower:
         driver.client = PressInside(driver.client, "add", keys.DRIVE_SEQ)

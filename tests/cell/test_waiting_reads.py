@@ -5,14 +5,17 @@ TCP, two worlds in one process."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
-from nbdist.cell.fingerprint import Checker, ended
+from nbdist.cell.fingerprint import Checker, Fingerprint, ended
 from nbdist.cell.live import LiveTable
 from nbdist.cell.outputlog import OutputLog
 from nbdist.errors import CollectiveMismatchError
 from nbdist.world import keys
+from nbdist.world.records import MalformedRecord
 from nbdist.world.store import COUNTS
 from nbdist.world.world import step_name
 
@@ -90,6 +93,32 @@ def test_a_record_that_is_not_one_is_not_found_and_the_real_one_is_read_when_the
     end_body(other, cell, collectives=0)
     with pytest.raises(CollectiveMismatchError, match="after 0 collective"):
         checker._peer_finished("0", 1, FP, None)
+
+
+@pytest.mark.parametrize("garbage", ["not json", "[1]", '{"op": 7, "seq": 1}', '{"op": "all_reduce"}'])
+def test_a_fingerprint_that_is_not_one_is_left_out_of_the_last_arrivals_comparison_never_raised_from_it(pair, garbage):
+    """Anyone can write a member's fingerprint: the comparison the last to arrive makes leaves it out, as one not in."""
+    waiting, other, cell = pair
+    base = keys.compared(cell, "0", 1)
+    other.client.set(other.key(keys.member(base, 1)), garbage)
+    opened = []
+    early = threading.Thread(target=lambda: opened.append(other.barrier(base, 20.0, "rank 1 at #1")), daemon=True)
+    early.start()
+    while not waiting.client.check([waiting.key(keys.arrivals(base))]):  # rank 1 is in first: rank 0 compares
+        time.sleep(0.02)
+    Checker(waiting, cell, timeout=20.0, params={}).agree(dict(FP), "0", 1, None)
+    early.join(20)
+    assert opened and opened[0].opened
+
+
+def test_a_fingerprint_nbdist_publishes_reads_back_as_published_and_one_that_is_not_one_reads_as_none():
+    fp = {**FP, "seq": 3}
+    assert Fingerprint.read(json.dumps(fp)) == fp and Fingerprint.from_json(json.dumps(fp)).to_json() == json.dumps(fp)
+    for text, why in (("x", "not a JSON object"), ('{"seq": 1}', "it has no 'op'"),
+                      ('{"op": "all_reduce", "seq": "1"}', "its 'seq' is \"1\", not a whole number")):
+        with pytest.raises(MalformedRecord, match="^" + why + "$"):
+            Fingerprint.from_json(text)
+        assert Fingerprint.read(text) is None
 
 
 class Shown:

@@ -21,6 +21,7 @@ import pytest
 from nbdist.debug import breakpoints
 from nbdist.world import keys, signing
 from nbdist.world.heartbeat import Heartbeat
+from nbdist.world.records import Registration
 from nbdist.world.store import StoreClient
 from nbdist.world.world import World
 
@@ -32,7 +33,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def world_of_two(client: StoreClient, rank: int) -> World:
-    ranks = [{"session": f"s{i}", "host": socket.gethostname(), "pid": 100 + i} for i in range(2)]
+    ranks = [Registration(session=f"s{i}", rank=i, host=socket.gethostname(), pid=100 + i) for i in range(2)]
     return World(client, ROUND, rank, 2, ranks[rank], ranks)
 
 

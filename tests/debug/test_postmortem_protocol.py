@@ -8,6 +8,7 @@ import socket
 from nbdist.debug import postmortem, relay
 from nbdist.world import keys, signing
 from nbdist.world.heartbeat import Heartbeat
+from nbdist.world.records import Registration
 from nbdist.world.store import StoreClient
 from nbdist.world.world import World
 
@@ -18,7 +19,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def world_of_two(client: StoreClient, rank: int = 0) -> World:
-    ranks = [{"session": f"s{i}", "host": socket.gethostname(), "pid": 100 + i} for i in range(2)]
+    ranks = [Registration(session=f"s{i}", rank=i, host=socket.gethostname(), pid=100 + i) for i in range(2)]
     return World(client, ROUND, rank, 2, ranks[rank], ranks)
 
 

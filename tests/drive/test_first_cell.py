@@ -9,6 +9,7 @@ import pytest
 
 from nbdist.drive.follow import Drive, Follower, followers
 from nbdist.world import keys
+from nbdist.world.records import Registration
 from nbdist.world.store import Server, connect
 from nbdist.world.world import World
 
@@ -16,9 +17,9 @@ SECRET = "the world's secret"
 BODY = "x = RANK\n"
 
 
-def _ranks(process: str) -> list[dict[str, object]]:
-    return [{"session": "s0", "host": "h", "pid": 1, "process": "kernel"},
-            {"session": "s1", "host": "h", "pid": 2, "process": process}]
+def _ranks(process: str) -> list[Registration]:
+    return [Registration(session="s0", rank=0, host="h", pid=1, process="kernel"),
+            Registration(session="s1", rank=1, host="h", pid=2, process=process)]
 
 
 @pytest.fixture

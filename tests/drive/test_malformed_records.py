@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from nbdist.drive.follow import Drive, Follower
+from nbdist.drive.follow import Drive, Follower, holder
 from nbdist.errors import DriveError
 from nbdist.world import keys, records
 from nbdist.world.signing import SigningError
@@ -82,3 +82,37 @@ def test_a_malformed_refusal_still_tells_the_driver_and_never_raises_a_key_or_ty
     assert "a follower refused a message sent as from this notebook and stopped following, but its refusal is " \
            "not one nbdist writes (" in str(told.value), told.value
     assert driver.client.get_if(driver.key(keys.DRIVE_REFUSED)) is None  # told once
+
+
+def test_the_drive_claim_nbdist_writes_reads_back_as_written_and_is_the_text_it_gives_back():
+    claim = records.DriveClaim(rank=0, session="s0")
+    assert records.DriveClaim.from_json(claim.to_json()) == claim
+    assert claim.to_json() == json.dumps({"rank": 0, "session": "s0"})  # as the version before compares and sets it
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("garbage", "not a JSON object"),
+    ("[0]", "not a JSON object"),
+    (json.dumps({"session": "s0"}), "it has no 'rank'"),
+    (json.dumps({"rank": "0", "session": "s0"}), "its 'rank' is \"0\", not a whole number"),
+    (json.dumps({"rank": -1, "session": "s0"}), "its 'rank' is -1, below 0"),
+    (json.dumps({"rank": 0}), "it has no 'session'"),
+    (json.dumps({"rank": 0, "session": None}), "its 'session' is null, not text"),
+])
+def test_a_drive_claim_that_is_not_one_raises_naming_why_and_reads_as_held_by_no_one(text, why):
+    with pytest.raises(records.MalformedRecord, match="^" + why.replace("[", r"\[") + "$"):
+        records.DriveClaim.from_json(text)
+    assert records.DriveClaim.read(text) is None and records.DriveClaim.read("") is None
+
+
+@pytest.mark.parametrize("text", ["garbage", json.dumps({"rank": "0", "session": "s0"}), json.dumps({"rank": 0})])
+def test_a_malformed_drive_claim_is_held_by_no_one_the_next_driver_takes_it_and_a_follower_reads_no_driver(pair,
+                                                                                                             text):
+    driver, world = pair
+    world.client.set(world.key(keys.DRIVE_CLAIM), text)  # written by hand, by anyone who reached the port
+    follower = Follower(world, "s1", SECRET)
+    assert holder(world) is None
+    follower._tick()  # the driver check: no driver is not a gone one
+    drive = Drive("s0")
+    drive.take(driver)
+    assert drive.holding and holder(world) == records.DriveClaim(0, "s0")

@@ -14,7 +14,6 @@ just before or just after the operation) or ``k`` (the kernel killed).
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import time as real_time
 from collections.abc import Callable, Iterable, Iterator
@@ -23,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from nbdist.world import keys
-from nbdist.world.records import Arrival
+from nbdist.world.records import Arrival, Registration
 from nbdist.world.store import Server, StoreClient, connect
 from nbdist.world.world import TURN, World
 
@@ -170,19 +169,19 @@ def execute(lab: Lab, scenario: Scenario, chooser: Recorder, bound: int | None =
         raise HarnessError(f"{scenario.name} needs {scenario.ranks} ranks; the lab has {len(lab.clients)}")
     lab.rounds += 1
     k, n = lab.rounds, scenario.ranks
-    infos = [{"session": f"explore-{k}-{i}", "host": "h", "pid": 100 + i} for i in range(n)]
+    infos = [Registration(session=f"explore-{k}-{i}", rank=i, host="h", pid=100 + i) for i in range(n)]
     lab.control.set("round", str(k))  # World.check_world reads it: this round is the current one
     lab.clock.reset()
     prefix, session = f"r/{k}/", f"explore-{k}-"
     scheduler = Scheduler(
         lab.clock,
         lab.control,
-        [info["session"] for info in infos],
+        [info.session for info in infos],
         short=lambda key: key.replace(prefix, "").replace(session, "rank"),
     )
     worlds = [World(GatedClient(lab.clients[i], i, scheduler), k, i, n, infos[i], infos) for i in range(n)]
     for i, info in enumerate(infos):  # each rank's registration, which a rank re-reads when the world moves on
-        lab.control.set(worlds[0].key(keys.rank(i)), json.dumps(info))
+        lab.control.set(worlds[0].key(keys.rank(i)), info.to_json())
     lab.control.add(worlds[0].key(TURN), 0)  # the world formed: each rank read turn() as it joined
     for world in worlds:
         world.last_turn = 0  # just joined: step 1 is this round's first

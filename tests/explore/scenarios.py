@@ -265,7 +265,7 @@ TOKEN = "explore-drive"  # the world's token: the driving notebook signs its cel
 def _as_registered(k: Kernel, world: World) -> Kernel:
     """The kernel's session as its registration names it (a follower checks the drive's holder by it)."""
     session = k.session
-    session.id = world.ranks[world.rank]["session"]
+    session.id = world.ranks[world.rank].session
     session.drive = follow.Drive(session.id)
     session.secret = lambda: TOKEN  # type: ignore[method-assign]
     return k

@@ -83,7 +83,7 @@ def test_a_record_that_is_not_one_is_refused_with_its_why_and_reads_as_none(chan
 
 
 def test_a_rank_whose_record_reads_as_none_is_shown_as_one_that_sent_no_result():
-    world = type("W", (), {"world_size": 2, "ranks": [{"host": "a"}, {"host": "b"}]})()
+    world = type("W", (), {"world_size": 2, "registrations": lambda self: [{"host": "a"}, {"host": "b"}]})()
     texts = [json.dumps(GOOD), json.dumps({**GOOD, "outputs": [{"kind": "display", "data": "<script>"}]})]
     outcome = cells.Outcome(3, [Capture.read(t) for t in texts])
     table = final_table(world, outcome)

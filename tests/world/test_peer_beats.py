@@ -10,11 +10,13 @@ import pytest
 
 from nbdist.world import pulse
 from nbdist.world.heartbeat import Heartbeat
+from nbdist.world.records import Registration
 from nbdist.world.store import COUNTS, Server, connect
 from nbdist.world.world import PeerTracker
 
-RANKS = [{"session": f"s{i}", "keeps_beat": True} for i in range(4)]
-RANKS[3] = {"session": "s3"}  # a kernel of the version before: it removes its beat when it stops
+RANKS = [Registration(session=f"s{i}", rank=i, host="h", pid=i, keeps_beat=True) for i in range(4)]
+# a kernel of the version before: it removes its beat when it stops
+RANKS[3] = Registration(session="s3", rank=3, host="h", pid=3)
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ import threading
 import time
 
 from nbdist.world import verdict as verdicts
-from nbdist.world.records import Note
+from nbdist.world.records import Note, Registration
 from nbdist.world.store import Server, connect
 from nbdist.world.world import World
 
-RANKS = [{"session": "s0", "host": "h", "pid": 1}, {"session": "s1", "host": "h", "pid": 2}]
+RANKS = [Registration(session="s0", rank=0, host="h", pid=1), Registration(session="s1", rank=1, host="h", pid=2)]
 
 
 NONE = Note("no note", 0.0)
