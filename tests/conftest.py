@@ -27,6 +27,40 @@ from nbdist.world.records import Registration
 _GIVEN: set[int] = set()
 
 
+class _Reaper:
+    """Kernels a test is done with, shut down on a thread of their own while the next test runs: shutting a
+    world's kernels down is a second or two of waiting, test after test. Every one is gone before the session
+    ends (:func:`pytest_sessionfinish`); ports are never handed out twice (:func:`free_port`), so a world still
+    leaving holds none that a later test is given."""
+
+    def __init__(self) -> None:
+        self._threads: list[threading.Thread] = []
+
+    def later(self, ks: list[kernels.Kernel]) -> None:
+        thread = threading.Thread(target=_shut_down, args=(list(ks),), name="nbdist-test-reaper", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def finish(self) -> None:
+        for thread in self._threads:
+            thread.join(120)
+
+
+def _shut_down(ks: list[kernels.Kernel]) -> None:
+    for k in reversed(ks):  # rank 0 hosts the server: stop it last
+        try:
+            k.shutdown()
+        except Exception as exc:  # the test is over: say so, as its teardown would have
+            print(f"nbdist tests: could not shut a kernel down: {exc!r}", file=sys.stderr)
+
+
+REAPER = _Reaper()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    REAPER.finish()
+
+
 def free_port() -> int:
     """A free loopback port below the ephemeral range, so sockets opened later cannot take it.
 
@@ -106,8 +140,7 @@ def shared_world(n: int = 2) -> Iterator[SimpleNamespace]:
         form(ks, port)
         yield SimpleNamespace(kernels=ks, port=port, baselines=[kernel_state(k) for k in ks])
     finally:
-        for k in reversed(ks):  # rank 0 hosts the server: stop it last
-            k.shutdown()
+        REAPER.later(ks)
 
 
 @pytest.fixture(scope="session")
@@ -134,8 +167,7 @@ def _as_loaded(pool: SimpleNamespace) -> list[kernels.Kernel]:
             return pool.kernels
         except (AssertionError, RuntimeError, TimeoutError):
             pass  # a kernel that will not be put back (still busy, a restore that failed) is replaced below
-    for k in reversed(pool.kernels):
-        k.shutdown()
+    REAPER.later(pool.kernels)
     pool.kernels, pool.loaded = [], []
     ks = kernels.start(2)
     pool.kernels = ks  # shut down at the session's end even if loading fails
@@ -212,8 +244,7 @@ def start_kernels() -> Iterator[Callable[[int], list[kernels.Kernel]]]:
         return ks
 
     yield factory
-    for k in reversed(started):  # rank 0 hosts the server: stop it last
-        k.shutdown()
+    REAPER.later(started)
 
 
 @pytest.fixture
@@ -238,7 +269,7 @@ def driver() -> Iterator[kernels.Kernel]:
         assert k.execute("%load_ext nbdist", timeout=60).status == "ok"
         yield k
     finally:
-        k.shutdown()
+        REAPER.later([k])
 
 
 @pytest.fixture
@@ -267,7 +298,7 @@ def spawned_world(n: int, extra: str = "") -> Iterator[kernels.Kernel]:
         ok([k.execute(f"%dist_init --spawn {n} --master-port {free_port()} {extra}".rstrip(), timeout=300)])
         yield k
     finally:
-        k.shutdown()
+        REAPER.later([k])
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

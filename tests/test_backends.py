@@ -15,7 +15,7 @@ import pytest
 
 from nbdist.drive import kernels
 
-from .conftest import init_line, skip_or_fail_in_ci
+from .conftest import REAPER, init_line, skip_or_fail_in_ci
 
 NBDIST = [sys.executable, "-m", "nbdist.cli"]
 
@@ -28,7 +28,7 @@ def kernel():
     (k,) = kernels.start(1)
     assert k.execute("%load_ext nbdist").status == "ok"
     yield k
-    k.shutdown()
+    REAPER.later([k])
 
 
 @pytest.mark.parametrize(("backend", "reason"), [("hccl", "torch_npu is not installed"), ("nccl", "no CUDA")])
@@ -197,7 +197,7 @@ def test_torch_npu_without_cann_falls_back_to_gloo_and_import_torch_still_works(
         assert not [x for x in lines if x.startswith("HCCL_ASYNC_ERROR_HANDLING=")], r.text()
         assert f"torch_npu {TORCH_NPU_VERSION} reads TORCH_HCCL_ASYNC_ERROR_HANDLING" in r.text()
     finally:
-        k.shutdown()
+        REAPER.later([k])
 
 
 def _stub_cann(folder: Path) -> dict[str, str]:
@@ -271,7 +271,7 @@ def test_hccl_is_chosen_only_when_an_npu_is_visible_and_a_broken_torch_npu_never
         r = k.execute("[os.environ.get(key) for key in ('HCCL_EXEC_TIMEOUT', 'TORCH_HCCL_ASYNC_ERROR_HANDLING')]")
         assert "[None, None]" in r.text(), r.text()  # unloading puts them back
     finally:
-        k.shutdown()
+        REAPER.later([k])
     # A forced autoload where torch_npu cannot load is turned off, and the notebook says so.
     (k,) = kernels.start(1, env={**base, "NBDIST_FAKE_NPUS": "0", "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
     try:
@@ -287,5 +287,5 @@ def test_hccl_is_chosen_only_when_an_npu_is_visible_and_a_broken_torch_npu_never
         r = k.execute("import torch; torch.ones(2).sum().item()")
         assert r.status == "ok" and "2.0" in r.text(), r.error
     finally:
-        k.shutdown()
+        REAPER.later([k])
 

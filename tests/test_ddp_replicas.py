@@ -18,7 +18,7 @@ import pytest
 from nbdist.demo import STEPS, plain_torch_checksum
 from nbdist.drive import kernels
 
-from .conftest import free_port, ok
+from .conftest import REAPER, free_port, ok
 
 RUNS = 12
 DDP = next(code for _, code, key in STEPS if key == "ddp")
@@ -53,4 +53,4 @@ def test_the_driven_ddp_cell_gives_equal_weights_on_every_rank_and_plain_torchs_
             assert epochs == 5 and checksum == reference, f"run {run}: {checksum!r}, plain torch {reference!r}"
         assert len(seen) == RUNS
     finally:
-        k.shutdown()
+        REAPER.later([k])

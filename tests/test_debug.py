@@ -11,7 +11,7 @@ from nbdist.backend.debugmode import helper_interface, variables
 from nbdist.drive import kernels
 from nbdist.world.store import connect
 
-from .conftest import form, free_port, init_line, ok, restore_kernel_state, run_in_background
+from .conftest import REAPER, form, free_port, init_line, ok, restore_kernel_state, run_in_background
 
 HOST = socket.gethostname()
 # Each rank prints what its rebuilt group runs with: the variable, torch's level, the backend torch made.
@@ -186,7 +186,7 @@ def test_a_driven_world_gets_it_on_its_worker_and_bad_arguments_are_one_line_err
         ok([k.execute("%dist_debug off", timeout=30)])
         shows([k], OFF, OFF)
     finally:
-        k.shutdown()
+        REAPER.later([k])
 
 
 def test_what_on_sets_per_backend_and_the_gloo_helpers_interface_follows_the_backends_own():

@@ -16,6 +16,8 @@ from IPython.core.magic_arguments import parse_argstring
 from nbdist.drive import kernels
 from nbdist.magics import DistMagics
 
+from .conftest import REAPER
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
@@ -55,7 +57,7 @@ def registered() -> dict[str, dict]:
         (line,) = [x for x in r.text().splitlines() if x.startswith("REGISTERED ")]
         return json.loads(line.removeprefix("REGISTERED "))
     finally:
-        k.shutdown()
+        REAPER.later([k])
 
 
 def test_every_magic_a_kernel_registers_and_each_of_its_flags_is_in_the_magics_reference(registered):
@@ -165,4 +167,4 @@ def test_the_readmes_quick_start_a_runs_as_it_stands_and_shows_what_it_says():
         assert all(line in shown for line in claimed) and "rank 1 " in shown, shown
     finally:
         k.execute("%unload_ext nbdist", timeout=60)
-        k.shutdown()
+        REAPER.later([k])

@@ -6,7 +6,7 @@ import pytest
 
 from nbdist.drive import kernels
 
-from .conftest import free_port, init_line
+from .conftest import REAPER, free_port, init_line
 
 # Each test that uses the module's kernel gets it back as it was after %load_ext.
 pytestmark = pytest.mark.usefixtures("fresh_shared_kernel")
@@ -27,7 +27,7 @@ def kernel():
     (k,) = kernels.start(1, env={"MASTER_ADDR": "", "RANK": "", "WORLD_SIZE": ""})
     assert k.execute("%load_ext nbdist").status == "ok"
     yield k
-    k.shutdown()
+    REAPER.later([k])
 
 
 @pytest.mark.parametrize(("flags", "message"), BAD_FLAGS)
@@ -112,4 +112,4 @@ def test_unload_and_reload_tear_down_cleanly():
         r = k.execute("'DistMagics' in get_ipython().magics_manager.registry")
         assert r.status == "ok" and r.text().strip() == "False"
     finally:
-        k.shutdown()
+        REAPER.later([k])

@@ -18,7 +18,7 @@ import pytest
 from nbdist.drive import kernels
 from nbdist.ranksets import parse
 
-from .conftest import free_port, ok, run_in_background
+from .conftest import REAPER, free_port, ok, run_in_background
 from .test_hang_report import DDP, NEXT, skips_backward
 from .test_hang_report import text as unstyled
 
@@ -40,7 +40,7 @@ def eight():
         yield k
     finally:
         k.execute("%unload_ext nbdist", timeout=60)
-        k.shutdown()
+        REAPER.later([k])
 
 
 def _groups(r: kernels.Result) -> list[str]:
@@ -161,4 +161,4 @@ def test_sixteen_ranks_group_in_the_table_the_status_and_the_dashboard():
         assert sorted(r for s in sets for r in parse(s)) == list(range(16)), board
     finally:
         k.execute("%unload_ext nbdist", timeout=60)
-        k.shutdown()
+        REAPER.later([k])

@@ -13,7 +13,7 @@ import pytest
 
 from nbdist.drive import kernels
 
-from .conftest import free_port, lend, ok, plain_text, spawned_world, typing
+from .conftest import REAPER, free_port, lend, ok, plain_text, spawned_world, typing
 
 # Rank 1 divides by zero inside divide(), where its x is 41 (rank 0's would be 40).
 FAILS_ON_RANK_1 = "%%collective\ndef divide(x):\n    return x / (1 - RANK)\nx = 40 + RANK\ny = divide(x)\n"
@@ -86,7 +86,7 @@ def test_the_driving_notebook_names_rank_1_when_its_kernel_ends_while_in_its_deb
         assert re.search(rf"nbdist: rank 1 \(.+, pid {pid}\) is gone: its kernel exited or was killed; its "
                          r"debugger ended with it", plain_text(r)), plain_text(r)
     finally:
-        k.shutdown()
+        REAPER.later([k])
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from nbdist.world import auth
 from nbdist.world.store import probe
 
 from .conftest import (
+    REAPER,
     free_port,
     init_line,
     kernel_state,
@@ -72,8 +73,7 @@ def world() -> Iterator[SharedWorld]:
             assert r.status == "ok", f"rank {i}: {r.error}"
         yield SharedWorld(ks, port, joined, [kernel_state(k) for k in ks])
     finally:
-        for k in reversed(ks):  # rank 0 hosts the server: stop it last
-            k.shutdown()
+        REAPER.later(ks)  # rank 0, which hosts the server, stops last
 
 
 @pytest.fixture(autouse=True)

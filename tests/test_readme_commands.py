@@ -49,7 +49,7 @@ from nbdist.measure import bench
 from nbdist.world.netinfo import Route
 from nbdist.world.store import probe
 
-from .conftest import free_port
+from .conftest import REAPER, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -1103,8 +1103,7 @@ def world() -> Iterator[World]:
         joined = kernels.execute_all(ks, lines, timeout=120) if all(r.status == "ok" for r in loaded) else []
         yield World(ks, port, loaded, joined, lines)
     finally:
-        for k in reversed(ks):  # rank 0 hosts the server: stop it last
-            k.shutdown()
+        REAPER.later(ks)  # rank 0, which hosts the server, stops last
 
 
 def formed(world: World) -> World:

@@ -13,7 +13,7 @@ import pytest
 
 from nbdist.drive import kernels
 
-from .conftest import free_port, lend, ok, run_in_background
+from .conftest import REAPER, free_port, lend, ok, run_in_background
 
 SESSION = "get_ipython().magics_manager.registry['DistMagics'].session"
 # Rank 1 skips the all_reduce rank 0 enters: rank 0 hangs in it (--no-check: nbdist's own check would refuse it).
@@ -39,7 +39,7 @@ def driven() -> Iterator[SimpleNamespace]:
         token = ast.literal_eval(k.execute("", user_expressions={"t": f"{SESSION}.config.token"}).expression("t"))
         yield SimpleNamespace(kernel=k, port=port, token=token)
     finally:
-        k.shutdown()
+        REAPER.later([k])
 
 
 def where_in_a_terminal(driven: SimpleNamespace, *flags: str) -> subprocess.CompletedProcess:
