@@ -32,7 +32,7 @@ from typing import Any
 from .._version import __version__
 from ..config import FUZZ_VARIABLE, POLL_INTERVAL, TIMEOUTS, StoreFuzz, store_fuzz
 from ..errors import NotNbdistServerError, StoreConnectionError, WaitTimeout
-from . import auth, keys, signing
+from . import auth, keys, records, signing
 
 OP_TIMEOUT = 10.0  # seconds a single store operation may take before the server counts as unreachable
 
@@ -536,11 +536,10 @@ def verify(client: StoreClient, grace: float = 2.0) -> dict[str, Any]:
     while True:
         text = client.get_if(keys.SERVER)
         if text is not None:
-            try:
-                marker: dict[str, Any] = json.loads(text)
-                return marker
-            except ValueError:
+            marker = records.object_or_none(text)  # anyone can write there: what is not a JSON object is no marker
+            if marker is None:
                 break
+            return marker
         if time.monotonic() > deadline:
             break
         time.sleep(POLL_INTERVAL)  # a server started a moment ago sets its marker next

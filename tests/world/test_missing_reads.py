@@ -50,3 +50,4 @@ def test_what_a_missing_rank_does_reads_its_guards_record_and_ignores_one_that_i
     for text in ("not json", '{"busy": "yes", "t": 1}', '{"busy": false, "t": "then"}'):
         other.client.set(other.key(keys.busy(1)), text)
         assert waiting.doing(1).startswith("last: joined") and not waiting.busy_elsewhere(1, None)
+
