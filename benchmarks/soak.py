@@ -35,6 +35,7 @@ import ast
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -219,7 +220,7 @@ class World:
                      else f"ended: {c.error!r}" if c.result is None
                      else f"ended after {c.ended - c.started:.1f} s: {c.result.status} "
                           f"{(c.result.error or {}).get('evalue', '')}")
-            tail = "" if c.result is None else c.result.text()[-600:]
+            tail = "" if c.result is None else re.sub(r"\x1b\[[0-9;]*m", "", c.result.text())[-6000:]
             print(f"--- {what}, kernel {i}: {state}\n{tail}", file=sys.stderr, flush=True)
 
     def native(self, what: str) -> None:
