@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -318,20 +320,19 @@ class ProcessGroup:
         torch's ``destroy_process_group`` shuts every group down, which waits for
         pending collectives. With one left behind (:meth:`abandon`), the groups are
         taken out of torch's registry without that wait, and shut down by a thread
-        of their own once the collective times out.
+        of their own once the collective times out. Either way the groups are let go
+        of in the graveyard (:func:`bury`), never by this thread.
         """
         if not self.is_current():
-            return
-        if not self.abandoned:
-            destroy_default()
             return
         import torch.distributed as dist
 
         names = getattr(dist.distributed_c10d._world, "pg_names", None)
-        if not isinstance(names, dict):
-            destroy_default()  # a torch without the registry nbdist knows: wait, then
+        held = list(names) if isinstance(names, dict) else [self.group]
+        if not self.abandoned or not isinstance(names, dict):  # (a torch without the registry nbdist knows: wait)
+            destroy_default()
+            bury(held)  # a collective may still be pending in them: their last reference must not go on this thread
             return
-        held = list(names)
         names.clear()  # destroy_process_group shuts down only what is named here
         destroy_default()
         threading.Thread(target=_shut_down, args=(held,), name="nbdist-shutdown", daemon=True).start()
@@ -478,6 +479,47 @@ def _shut_down(groups: list[Any]) -> None:
             group.shutdown()
         except RuntimeError as exc:
             log.debug("shutting down a group left behind: %s", exc)
+    bury(groups)
+
+
+_GRAVES: queue.Queue[list[Any]] = queue.Queue()
+_GRAVEYARD: list[threading.Thread] = []
+GRAVE_LOOK = 1.0  # seconds between two looks at whether anything else still holds a buried group
+
+
+def bury(groups: list[Any]) -> None:
+    """Let go of ``groups``, which nbdist has taken out of torch's registry, on a thread of their own.
+
+    A gloo group's destructor waits for a collective left pending in it, up to the group's timeout, on the
+    thread that drops its last reference. That may be a garbage collection on the kernel's main thread:
+    an earlier cell's traceback, which IPython keeps, holds the group in its frames, and the collection
+    that frees them runs in the middle of a later cell, which would wait. The graveyard's thread holds each
+    group until nothing else does, then drops it there, however long its destructor takes.
+    """
+    if not groups:
+        return
+    _GRAVES.put(list(groups))
+    if not _GRAVEYARD:
+        thread = threading.Thread(target=_graveyard, name="nbdist-graveyard", daemon=True)
+        _GRAVEYARD.append(thread)
+        thread.start()
+
+
+def _graveyard() -> None:
+    # Held here, in this daemon thread's frame, not in a module global: at the interpreter's exit the main
+    # thread clears the globals, and would run the destructors there.
+    held: list[Any] = []
+    while True:
+        try:
+            held.extend(_GRAVES.get(timeout=GRAVE_LOOK if held else None))
+        except queue.Empty:
+            pass
+        i = 0
+        while i < len(held):
+            if sys.getrefcount(held[i]) <= 2:  # this list's reference, and getrefcount's argument
+                del held[i]  # the last one: the group's destructor runs here
+            else:
+                i += 1
 
 
 def _restart_group_names() -> None:
