@@ -58,10 +58,11 @@ class BarrierRefused(Exception):
 
 
 class StoppedAfterOpen(KeyboardInterrupt):
-    """The stop button reached a barrier only after every rank had arrived: the others go on with ``verdict``.
+    """A stop reached a barrier only after every rank had arrived: the others go on with ``verdict``.
 
     The stop belongs to what follows the meeting (its caller decides where it lands: a rebuild that
-    every rank started must finish first). Left unhandled it is the stop button's KeyboardInterrupt.
+    every rank started must finish first). Raised only to a caller that holds it (``World.barrier``'s
+    ``hold_stop``: a step's meeting); ``stop`` is what landed, to be raised as it came.
     """
 
     def __init__(self, verdict: Verdict, stop: KeyboardInterrupt) -> None:
@@ -253,7 +254,7 @@ class World:
         if on_arrive is not None:
             on_arrive()  # this rank is counted in next: what raises here leaves the meeting as it was
         return self.barrier(keys.arrival(n), timeout, arrival.label, on_tick=on_tick, verdict=decide, working=working,
-                            turn=n)
+                            turn=n, hold_stop=True)
 
     # --- activity and health ----------------------------------------------
     def note(self, what: str, *, barrier: str | None = None, then: str | None = None, turn: int | None = None,
@@ -328,7 +329,7 @@ class World:
     def barrier(self, name: str, timeout: float, label: str, on_tick: Callable[[], None] | None = None,
                 verdict: Callable[[], Verdict] | None = None, members: list[int] | None = None,
                 working: Callable[[int, Note | None], bool] | None = None, turn: int | None = None,
-                then: str | None = None) -> Verdict:
+                then: str | None = None, hold_stop: bool = False) -> Verdict:
         """Wait until every rank (or every one of ``members``) arrives at barrier ``name``, or fail naming who did not.
 
         The last rank to arrive decides with ``verdict`` (go without one;
@@ -350,6 +351,11 @@ class World:
 
         ``then``: what this rank's record reads as once the barrier has opened (:meth:`last`),
         until the rank records what it does next; "passed LABEL" if not given.
+
+        A stop that lands once every rank arrived (the others go on) belongs to what follows: with
+        ``hold_stop`` it is raised as :class:`StoppedAfterOpen`, for the caller to place (a step's meeting:
+        a rebuild every rank started is finished first); otherwise it is raised as it came, the stop
+        button's ``KeyboardInterrupt`` or a stop nbdist sent, with its kind and message.
         """
         base = self.key(name)
         expected = self.world_size if members is None else len(members)
@@ -370,9 +376,11 @@ class World:
             state = self._close(base, "interrupted its cell" if user else f"stopped: {exc}", turn)
             leave = meeting.leaving(Cause.STOP, state)
             if leave is Leave.STOPPED_AFTER_OPEN:
-                # Every rank arrived before the stop could close it: they go on, so the stop is the step's now.
+                # Every rank arrived before the stop could close it: they go on, so the stop is what follows'.
                 assert state is not None
-                raise StoppedAfterOpen(state, exc) from None
+                if hold_stop:
+                    raise StoppedAfterOpen(state, exc) from None
+                raise
             self._note_gave_up(label, "the stop button" if user else str(exc))
             if user:  # the stop button: its message, not nbdist's frames
                 exc._render_traceback_ = lambda: [f"KeyboardInterrupt: stopped waiting at {label}; the other "  # type: ignore[attr-defined]

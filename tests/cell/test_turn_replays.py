@@ -21,6 +21,7 @@ from nbdist.cell import cells, turn
 from nbdist.cell.turn import Turn
 from nbdist.errors import PeerFailedError, StoppedError
 from nbdist.session import Session
+from nbdist.world import keys
 from nbdist.world import verdict as verdicts
 from nbdist.world.records import Arrival, CellStart, Registration
 from nbdist.world.store import Server, StoreClient, connect
@@ -246,3 +247,22 @@ def test_f6_a_stop_of_every_rank_just_after_a_cell_opened_stays_that_stop_not_th
     assert box.get("value", box.get("error")) == (verdicts.GO if built else
                                                   verdicts.rebuild("it has no process group yet"))
     assert rebuilt == ([] if built else [n])  # a rebuild every rank started is finished first
+
+
+def test_f7_a_stop_of_every_rank_just_after_a_collectives_comparison_opened_is_raised_as_it_came(pair):
+    """The same stop landing as the last rank opens a collective's comparison in the body (a barrier of no step):
+    the body raises that stop, as it would a moment later, not the meeting's ``StoppedAfterOpen``, which the capture
+    took for the stop button. The soak met it (seed 336, driven, fuzzed, a stop of every rank): a follower
+    whose own record said "interrupted" stopped following, and every later cell of its driver waited for it."""
+    waiting, stopped = pair
+    base = keys.compared(step_name(stopped.turn()), "0", 1)
+    met, box = in_thread(lambda: waiting.barrier(base, WAIT, "collective #1 (all_reduce) of this cell"))
+    while waiting.client.add(waiting.key(keys.arrivals(base)), 0) < 1:
+        met.join(0.01)
+    stop = StoppedError("stopped by nbdist stop in a terminal")
+    stopped.client = RaiseInside(stopped.client, "compare_set", f"{base}/state", stop)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        stopped.barrier(base, WAIT, "collective #1 (all_reduce) of this cell")
+    assert type(caught.value) is StoppedError and str(caught.value) == str(stop)
+    met.join(WAIT)
+    assert box.get("value", box.get("error")) == verdicts.GO  # the others go on: it opened
