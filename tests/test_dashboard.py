@@ -19,7 +19,7 @@ from nbdist.world.pulse import Beat
 from nbdist.world.records import Busy, Failure, Note, Registration
 from nbdist.world.world import World
 
-from .conftest import REAPER, free_port, init_line, lend, ok, run_in_background
+from .conftest import free_port, init_line, lend, ok, run_in_background
 
 NOW = 1_000_000.0
 INFO = Registration(session="s0", rank=0, host="vm", pid=7, device="cpu")
@@ -339,7 +339,7 @@ def test_kernel_exit_stops_the_dashboard_thread_before_the_kernel_ends(tmp_path)
         assert k.execute("%dist_dashboard").status == "ok"
         assert "nbdist-dashboard" in _threads(k)
     finally:
-        REAPER.later([k])
+        k.shutdown()  # what is tested: the kernel's exit, before reading what it wrote
     text = seen.read_text()
     assert "MainThread" in text and "nbdist-dashboard" not in text
 

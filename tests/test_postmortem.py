@@ -73,7 +73,7 @@ def test_the_driving_notebook_names_rank_1_when_its_kernel_ends_while_in_its_deb
         ok([k.execute("%load_ext nbdist", timeout=60)])
         ok([k.execute(f"%dist_init --spawn 2 --master-port {free_port()}", timeout=180)])
         session = "get_ipython().magics_manager.registry['DistMagics'].session"
-        pid = ast.literal_eval(k.execute("", user_expressions={"p": f"{session}.world.ranks[1]['pid']"})
+        pid = ast.literal_eval(k.execute("", user_expressions={"p": f"{session}.world.ranks[1].pid"})
                                .expression("p"))
         assert k.execute(FAILS_ON_RANK_1, timeout=120).status == "error"
 

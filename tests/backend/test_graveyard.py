@@ -22,17 +22,20 @@ PENDING = 20.0  # seconds the collective left pending waits for the rank that ne
 
 @pytest.fixture
 def pair(port):
-    store = dist.TCPStore("127.0.0.1", port, 2, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+    # A client per rank: one client's wait would hold the other rank's calls back.
+    stores = [dist.TCPStore("127.0.0.1", port, 2, is_master=rank == 0, wait_for_workers=False,
+                            timeout=timedelta(seconds=30)) for rank in (0, 1)]
     groups: list = [None, None]
 
     def make(rank: int) -> None:
-        groups[rank] = dist.ProcessGroupGloo(dist.PrefixStore("g/", store), rank, 2, timedelta(seconds=PENDING))
+        groups[rank] = dist.ProcessGroupGloo(dist.PrefixStore("g/", stores[rank]), rank, 2, timedelta(seconds=PENDING))
 
     threads = [threading.Thread(target=make, args=(rank,)) for rank in (0, 1)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
+    assert all(g is not None for g in groups), "the two gloo ranks did not connect"
     yield groups
     groups.clear()
 
