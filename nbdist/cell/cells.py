@@ -56,7 +56,8 @@ from ..view import trace
 from ..view.shrink import fit
 from ..world import keys
 from ..world import verdict as verdicts
-from ..world.records import Arrival, Capture, CellStart
+from ..world.capture_record import Capture
+from ..world.records import Arrival, CellStart
 from ..world.store import StoreClient
 from ..world.verdict import Verdict
 from ..world.world import World, step_name

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..backend import procgroup
 from ..world import keys
-from ..world.records import Capture
+from ..world.capture_record import Capture
 from ..world.verdict import Kind, Verdict
 from ..world.world import World
 from . import history

@@ -36,6 +36,7 @@ from ..errors import CollectiveMismatchError, PeerFailedError, PeerLostError, Sk
 from ..ranksets import fold, ranks_text, who_said
 from ..world import keys, records
 from ..world import verdict as verdicts
+from ..world.capture_record import Capture
 from ..world.store import StoreClient
 from ..world.verdict import Verdict
 from ..world.world import BarrierRefused, World
@@ -210,7 +211,7 @@ class Published:
 
 def ended(world: World, cell: str) -> Published:
     """The ranks' records at ``cell``'s end (:func:`nbdist.world.keys.out`), by the count of those that ended it."""
-    return Published(world.key(keys.ended(cell)), lambda i: world.key(keys.out(cell, i)), records.Capture.read)
+    return Published(world.key(keys.ended(cell)), lambda i: world.key(keys.out(cell, i)), Capture.read)
 
 
 class Checker:

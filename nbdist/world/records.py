@@ -30,10 +30,11 @@ record                  key (:mod:`.keys`)                      written by, read
 :class:`LivePart`       ``t/<n>/live/<i>``                      each rank, its part of a cell's live table;
                                                                 the notebooks that show it
                                                                 (:mod:`nbdist.cell.live`)
-:class:`Capture`        ``t/<n>/out/<i>``                       each rank, its record of a ``%%collective`` at
+:class:`.Capture`       ``t/<n>/out/<i>``                       each rank, its record of a ``%%collective`` at
                                                                 its end; every notebook that shows its table,
                                                                 the ranks that wait for it
-                                                                (:mod:`nbdist.cell.ending`)
+                                                                (:mod:`nbdist.cell.ending`; kept in
+                                                                :mod:`.capture_record`)
 ======================  ======================================  ============================================
 
 Each keeps the JSON fields the store has always held (fields it does not know are read past), so kernels of
@@ -169,6 +170,10 @@ def _or_none(parse: Callable[[str], _T], text: str | None) -> _T | None:
 def _value(record: Any, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
     """A record's fields in their order, as a JSON object (``leave_out``: fields the JSON omits)."""
     return {f.name: getattr(record, f.name) for f in fields(record) if f.name not in leave_out}
+
+
+value_of = _value  # for a record kept in a module of its own
+
 
 
 # --- drive/<seq>: a message of the driving notebook -----------------------------------------------
@@ -476,13 +481,12 @@ class LivePart:
                    where=read.text("where", ""), wall=read.number("wall", 0.0), why=read.text("why", ""))
 
 
-# --- t/<n>/out/<i>: a rank's record of a %%collective at its end -----------------------------------
+# --- the shape of a JSON value, checked (the records whose fields nest) --------------------------------
 
-OUTPUT_KINDS = ("stdout", "stderr", "note", "display")
-_NUMBER = float  # in a shape: an int or a float, never JSON's true or false
+NUMBER = float  # in a shape: an int or a float, never JSON's true or false
 
 
-class _Object:
+class Object:
     """The shape of a JSON object: the fields it must have and those it may have, each with its shape; fields
     not named are read past (a later version's)."""
 
@@ -490,113 +494,38 @@ class _Object:
         self.must, self.may = must, may or {}
 
 
-def _why_not(value: Any, shape: Any, name: str) -> str | None:
+def why_not(value: Any, shape: Any, name: str) -> str | None:
     """Why ``value`` (the record's ``name``) does not have ``shape``; None when it does.
 
-    A shape is ``str``, ``int``, ``bool`` or ``_NUMBER``; ``[shape]``, a list of them; ``{str: shape}``, an object
-    of them; an :class:`_Object`; or ``None``, anything.
+    A shape is ``str``, ``int``, ``bool`` or ``NUMBER``; ``[shape]``, a list of them; ``{str: shape}``, an object
+    of them; an :class:`Object`; or ``None``, anything.
     """
     if shape is None:
         return None
-    if isinstance(shape, _Object):
+    if isinstance(shape, Object):
         if not isinstance(value, dict):
             return f"{name} is {shown(value)}, not a JSON object"
         for key in shape.must:
             if key not in value:
                 return f"{name} has no {key!r}"
         for key, inner in {**shape.must, **shape.may}.items():
-            if key in value and (why := _why_not(value[key], inner, f"{name}[{key!r}]")):
+            if key in value and (why := why_not(value[key], inner, f"{name}[{key!r}]")):
                 return why
         return None
     if isinstance(shape, list):
         if not isinstance(value, list):
             return f"{name} is {shown(value)}, not a list"
-        return next((why for i, v in enumerate(value) if (why := _why_not(v, shape[0], f"{name}[{i}]"))), None)
+        return next((why for i, v in enumerate(value) if (why := why_not(v, shape[0], f"{name}[{i}]"))), None)
     if isinstance(shape, dict):
         if not isinstance(value, dict):
             return f"{name} is {shown(value)}, not a JSON object"
-        return next((why for k, v in value.items() if (why := _why_not(v, shape[str], f"{name}[{k!r}]"))), None)
-    if shape is _NUMBER:
+        return next((why for k, v in value.items() if (why := why_not(v, shape[str], f"{name}[{k!r}]"))), None)
+    if shape is NUMBER:
         fits = isinstance(value, (int, float)) and not isinstance(value, bool)
     else:
         fits = isinstance(value, shape) and (shape is bool or not isinstance(value, bool))
-    what = {str: "text", int: "a whole number", bool: "true or false", _NUMBER: "a number"}[shape]
+    what = {str: "text", int: "a whole number", bool: "true or false", NUMBER: "a number"}[shape]
     return None if fits else f"{name} is {shown(value)}, not {what}"
-
-
-_BUNDLE = {str: str}  # a MIME bundle: text by MIME type (images as base64), as nbdist passes them on
-_TEXT_OUTPUT = _Object({"kind": str, "text": str})
-_DISPLAY_OUTPUT = _Object({"kind": str, "data": _BUNDLE})
-_ERROR = _Object({"ename": str, "evalue": str},
-                 {"traceback": str, "short": str, "where": str, "interrupted": bool, "consequence": bool})
-_GROUP_STATE = _Object({"ok": bool}, {"why": str, "groups": [str], "calls": {str: int}, "seq": {str: int}})
-_CHECKS = _Object({"groups": {str: _Object({"n": int, "h": int, "runs": [[int]]}, {"truncated": bool})},
-                   "sigs": {str: {str: None}}})
-_TRACED = _Object({"group": str, "seq": int, "op": str, "enter": _NUMBER, "leave": _NUMBER}, {"bytes": int})
-
-
-@dataclass(frozen=True)
-class Capture:
-    """One rank's record of a ``%%collective`` at its end (:mod:`nbdist.cell.ending`), read by every notebook
-    that shows the cell's table and by the ranks that wait for it (a rank that ended its body publishes it).
-
-    ``outputs``: what its body printed and showed, in order, each ``{"kind": "stdout"|"stderr"|"note", "text"}``
-    or ``{"kind": "display", "data": bundle}`` (a bundle: text by MIME type); ``result``: the body's value as a
-    bundle; ``error``: what it raised (``ename``, ``evalue``, and ``traceback``, ``short``, ``where``; whether it
-    was ``interrupted``, or a ``consequence`` of the cell being cut); ``wall``: the body's seconds; ``rank``;
-    ``collectives``: how many of each it issued; ``pg``: its process group's state
-    (:meth:`nbdist.backend.procgroup.ProcessGroup.state`); ``checks``: its collectives' histories, for the end's
-    comparison; ``trace``: its traced calls; ``cancelled``: why the cell was cut short here. The views take the
-    record as its JSON object (:meth:`as_dict`), as it was published: fields left None are left out.
-    """
-
-    outputs: list[dict[str, Any]]
-    result: dict[str, str] | None
-    error: dict[str, Any] | None
-    wall: float
-    rank: int | None = None
-    collectives: dict[str, int] | None = None
-    pg: dict[str, Any] | None = None
-    checks: dict[str, Any] | None = None
-    trace: list[dict[str, Any]] | None = None
-    cancelled: str | None = None
-
-    _SHAPES: ClassVar[dict[str, Any]] = {"rank": int, "collectives": {str: int}, "pg": _GROUP_STATE,
-                                         "checks": _CHECKS, "trace": [_TRACED], "cancelled": str}
-
-    def as_dict(self) -> dict[str, Any]:
-        value = _value(self)
-        return {k: v for k, v in value.items() if v is not None or k in ("result", "error")}
-
-    @classmethod
-    def from_dict(cls, value: dict[str, Any]) -> Capture:
-        read = _Fields(value)
-        outputs = read.objects("outputs")
-        for i, out in enumerate(outputs):
-            kind = out.get("kind")
-            if kind not in OUTPUT_KINDS:
-                raise MalformedRecord(f"its 'outputs'[{i}]['kind'] is {shown(kind)}, not one of "
-                                      f"{', '.join(OUTPUT_KINDS)}", value)
-            if why := _why_not(out, _DISPLAY_OUTPUT if kind == "display" else _TEXT_OUTPUT, f"its 'outputs'[{i}]"):
-                raise MalformedRecord(why, value)
-        for name, shape in (("result", _BUNDLE), ("error", _ERROR), *cls._SHAPES.items()):
-            if value.get(name) is not None and (why := _why_not(value[name], shape, f"its {name!r}")):
-                raise MalformedRecord(why, value)
-        if "result" not in value or "error" not in value:
-            raise MalformedRecord(f"it has no {'result' if 'result' not in value else 'error'!r}", value)
-        return cls(outputs=outputs, result=value["result"], error=value["error"], wall=read.number("wall"),
-                   **{name: value.get(name) for name in cls._SHAPES})
-
-    @classmethod
-    def from_json(cls, text: str | None) -> Capture:
-        return cls.from_dict(json_object(text))
-
-    @classmethod
-    def read(cls, text: str | None) -> dict[str, Any] | None:
-        """The record a rank published, as its JSON object, or None: none yet, or not a record (anyone can write
-        there: read as none, which every table shows as a rank that sent no result)."""
-        capture = _or_none(cls.from_json, text)
-        return None if capture is None else capture.as_dict()
 
 
 # --- r/<n>/rank/<i>: a rank's registration in a round ----------------------------------------------
@@ -655,7 +584,7 @@ class Registration:
         session, rank, host, pid = read.text("session"), read.count("rank"), read.text("host"), read.count("pid")
         for name, shape in (*cls._SHAPES.items(), ("torch_npu", str), ("cann", str)):
             if name in value and not (value[name] is None and name in ("torch_npu", "cann")) and (
-                    why := _why_not(value[name], shape, f"its {name!r}")):
+                    why := why_not(value[name], shape, f"its {name!r}")):
                 raise MalformedRecord(why, value)
         return cls(session=session, rank=rank, host=host, pid=pid,
                    **{name: value[name] for name in (*cls._SHAPES, "torch_npu", "cann") if name in value})

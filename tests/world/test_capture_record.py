@@ -14,7 +14,8 @@ from nbdist.cell.history import History, summary
 from nbdist.cell.outcome_view import final_table
 from nbdist.view import trace
 from nbdist.view.shrink import fit
-from nbdist.world.records import Capture, MalformedRecord
+from nbdist.world.capture_record import Capture
+from nbdist.world.records import MalformedRecord
 
 BODY = ("print('hi')\nimport sys\nprint('careful', file=sys.stderr)\nfrom IPython.display import HTML, display\n"
         "display(HTML('<b>bold</b>'))\n41 + 1\n")

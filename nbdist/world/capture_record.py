@@ -1,0 +1,87 @@
+"""A rank's record of a ``%%collective`` at its end (``t/<n>/out/<i>``), validated where it is read: what each
+rank printed, showed, returned and raised, and what the end compares (see :mod:`nbdist.world.records`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .records import NUMBER, Fields, MalformedRecord, Object, json_object, or_none, shown, value_of, why_not
+
+OUTPUT_KINDS = ("stdout", "stderr", "note", "display")
+
+
+
+_BUNDLE = {str: str}  # a MIME bundle: text by MIME type (images as base64), as nbdist passes them on
+_TEXT_OUTPUT = Object({"kind": str, "text": str})
+_DISPLAY_OUTPUT = Object({"kind": str, "data": _BUNDLE})
+_ERROR = Object({"ename": str, "evalue": str},
+                 {"traceback": str, "short": str, "where": str, "interrupted": bool, "consequence": bool})
+_GROUP_STATE = Object({"ok": bool}, {"why": str, "groups": [str], "calls": {str: int}, "seq": {str: int}})
+_CHECKS = Object({"groups": {str: Object({"n": int, "h": int, "runs": [[int]]}, {"truncated": bool})},
+                   "sigs": {str: {str: None}}})
+_TRACED = Object({"group": str, "seq": int, "op": str, "enter": NUMBER, "leave": NUMBER}, {"bytes": int})
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One rank's record of a ``%%collective`` at its end (:mod:`nbdist.cell.ending`), read by every notebook
+    that shows the cell's table and by the ranks that wait for it (a rank that ended its body publishes it).
+
+    ``outputs``: what its body printed and showed, in order, each ``{"kind": "stdout"|"stderr"|"note", "text"}``
+    or ``{"kind": "display", "data": bundle}`` (a bundle: text by MIME type); ``result``: the body's value as a
+    bundle; ``error``: what it raised (``ename``, ``evalue``, and ``traceback``, ``short``, ``where``; whether it
+    was ``interrupted``, or a ``consequence`` of the cell being cut); ``wall``: the body's seconds; ``rank``;
+    ``collectives``: how many of each it issued; ``pg``: its process group's state
+    (:meth:`nbdist.backend.procgroup.ProcessGroup.state`); ``checks``: its collectives' histories, for the end's
+    comparison; ``trace``: its traced calls; ``cancelled``: why the cell was cut short here. The views take the
+    record as its JSON object (:meth:`as_dict`), as it was published: fields left None are left out.
+    """
+
+    outputs: list[dict[str, Any]]
+    result: dict[str, str] | None
+    error: dict[str, Any] | None
+    wall: float
+    rank: int | None = None
+    collectives: dict[str, int] | None = None
+    pg: dict[str, Any] | None = None
+    checks: dict[str, Any] | None = None
+    trace: list[dict[str, Any]] | None = None
+    cancelled: str | None = None
+
+    _SHAPES: ClassVar[dict[str, Any]] = {"rank": int, "collectives": {str: int}, "pg": _GROUP_STATE,
+                                         "checks": _CHECKS, "trace": [_TRACED], "cancelled": str}
+
+    def as_dict(self) -> dict[str, Any]:
+        value = value_of(self)
+        return {k: v for k, v in value.items() if v is not None or k in ("result", "error")}
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Capture:
+        read = Fields(value)
+        outputs = read.objects("outputs")
+        for i, out in enumerate(outputs):
+            kind = out.get("kind")
+            if kind not in OUTPUT_KINDS:
+                raise MalformedRecord(f"its 'outputs'[{i}]['kind'] is {shown(kind)}, not one of "
+                                      f"{', '.join(OUTPUT_KINDS)}", value)
+            if why := why_not(out, _DISPLAY_OUTPUT if kind == "display" else _TEXT_OUTPUT, f"its 'outputs'[{i}]"):
+                raise MalformedRecord(why, value)
+        for name, shape in (("result", _BUNDLE), ("error", _ERROR), *cls._SHAPES.items()):
+            if value.get(name) is not None and (why := why_not(value[name], shape, f"its {name!r}")):
+                raise MalformedRecord(why, value)
+        if "result" not in value or "error" not in value:
+            raise MalformedRecord(f"it has no {'result' if 'result' not in value else 'error'!r}", value)
+        return cls(outputs=outputs, result=value["result"], error=value["error"], wall=read.number("wall"),
+                   **{name: value.get(name) for name in cls._SHAPES})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Capture:
+        return cls.from_dict(json_object(text))
+
+    @classmethod
+    def read(cls, text: str | None) -> dict[str, Any] | None:
+        """The record a rank published, as its JSON object, or None: none yet, or not a record (anyone can write
+        there: read as none, which every table shows as a rank that sent no result)."""
+        capture = or_none(cls.from_json, text)
+        return None if capture is None else capture.as_dict()
