@@ -4,9 +4,10 @@ Owns the rendezvous server and its clients (``store``, ``auth``), every key
 kept in the store (``keys``) and the records kept under them, typed and validated where
 read (``records``; a rank's record of a ``%%collective`` at its end, ``capture_record``),
 rounds and joining (``rendezvous``, ``reach``), a formed world's barriers and peer checks
-(``world``), what a rank at a meeting does next (``meeting``) and what a meeting decided (``verdict``), heartbeats (``heartbeat``, ``pulse``), signed
-messages (``signing``), this host's network facts (``netinfo``) and one kernel's link to
-the store: its server, connections, heartbeat and world (``link``).
+(``world``), what a rank at a meeting does next (``meeting``) and what a meeting decided
+(``verdict``), heartbeats (``heartbeat``, ``pulse``), signed messages (``signing``), this
+host's network facts (``netinfo``) and one kernel's link to the store: its server,
+connections, heartbeat and world (``link``).
 
 May import: ``nbdist.errors``, ``nbdist.config``, ``nbdist.ranksets``. It knows nothing of cells,
 backends, views or drivers.
