@@ -235,8 +235,7 @@ def run_cell(shell: Any, source: str, log: OutputLog | None = None, keep: Keep |
         # nbdist's own bookkeeping: it is the body's error, so this rank still reaches the cell's end.
         stdout.target, stderr.target, shell.display_pub = None, None, saved
         wall = wall or time.perf_counter() - start
-        error = _format_error(late, skip=0)
-        error["interrupted"] = _stopped(late)
+        error = error_of(late, skip=0)
     return {"outputs": [_drop_empty(o) for o in log.snapshot()], "result": result, "error": error, "wall": wall}
 
 
@@ -256,8 +255,7 @@ def _run_body(shell: Any, source: str, log: OutputLog, stdout: Any, stderr: Any,
         if value is not None and not source.rstrip().endswith(";"):
             result = _format_value(shell, value)
     except BaseException as exc:  # every failure is the user's, shown in the table
-        error = _format_error(exc, skip=1)
-        error["interrupted"] = _stopped(exc)
+        error = error_of(exc, skip=1)
         failed = exc
     finally:
         wall = time.perf_counter() - start
@@ -269,6 +267,11 @@ def _run_body(shell: Any, source: str, log: OutputLog, stdout: Any, stderr: Any,
         tb = failed.__traceback__ if failed is not None else None
         keep(failed, tb.tb_next if tb is not None and tb.tb_next is not None else tb)
     return error, result, wall
+
+
+def error_of(exc: BaseException, skip: int = 0) -> dict[str, Any]:
+    """A body's error as its capture records it: as its column shows it, and whether the stop button ended it."""
+    return {**_format_error(exc, skip), "interrupted": _stopped(exc)}
 
 
 def _stopped(exc: BaseException) -> bool:

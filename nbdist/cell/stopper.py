@@ -96,8 +96,13 @@ class Stopper:
             if not self._installed or not self._armed or self._paused or self._pending is not None:
                 return False
             self._pending = exc
-        signal.pthread_kill(threading.main_thread().ident, SIGNAL)  # type: ignore[arg-type]
+        self._signal()
         return True
+
+    def _signal(self) -> None:
+        """Send the signal to the main thread, whose handler raises the pending stop (the explorer's simulated
+        ranks, which have no main thread of their own, take it at the store operation where it lands)."""
+        signal.pthread_kill(threading.main_thread().ident, SIGNAL)  # type: ignore[arg-type]
 
     def _handle(self, signum: int, frame: Any) -> None:
         with self.lock:

@@ -8,7 +8,8 @@
 
 A schedule is the string of a run's choices in order: a digit for the rank that was let through where more
 than one could go, and at each gate where an event was on offer ``.`` (none), ``b``/``a`` (the stop button
-just before or just after the operation) or ``k`` (the kernel killed).
+just before or just after the operation), ``B``/``A`` (a stop that nbdist sends, the same) or ``k`` (the kernel
+killed).
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class Hooks:
     def on_stop(self, button: Callable[[], None]) -> None:
         """What the stop button does on this rank (by default it raises KeyboardInterrupt where it lands)."""
         self.scheduler.stop_buttons[self.rank] = button
+
+    def on_sent_stop(self, stopper: Callable[[], None]) -> None:
+        """What a stop that nbdist sends does on this rank (by default it raises StoppedError where it lands)."""
+        self.scheduler.stoppers[self.rank] = stopper
 
 
 @dataclass(frozen=True)

@@ -74,8 +74,8 @@ class GatedClient(StoreClient):
                     raise WaitTimeout(f"waited {seconds:g} s for {', '.join(keys)}")
         finally:
             scheduler.left_wait(self.rank, list(keys), start, seconds, how)
-        if after:
-            scheduler.press(self.rank)
+        if after is not None:
+            scheduler.land(self.rank, after)
 
 
 def _labelled(name: str) -> Callable[..., Any]:

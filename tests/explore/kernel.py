@@ -3,9 +3,13 @@
 Its ``%%collective`` runs the session's real steps, IPython's order: ``before_cell`` (``pre_run_cell``), the
 magic (``Session.collective``, which runs :func:`nbdist.cell.cells.run`), ``after_cell`` (``post_run_cell``, whose
 errors IPython swallows); its ``%dist_barrier`` is ``Session.barrier``. Only what a kernel adds around the
-protocol is left out: the body (nothing runs, so no watcher; :attr:`Session.run_body`) and the process group
-(every rank holds one it trusts, :class:`Trusted`). The stop button is what a SIGINT does on a kernel's main
-thread: recorded while nbdist holds it (:class:`nbdist.cell.turn.StopButton`), raised where it lands otherwise.
+protocol is left out: the body (nothing runs, so no watcher; :attr:`Session.run_body`; or, where a scenario asks,
+one collective's comparison with the others) and the process group (every rank holds one it trusts,
+:class:`Trusted`). The stop button is what a SIGINT does on a kernel's main thread: recorded while nbdist holds it
+(:class:`nbdist.cell.turn.StopButton`), raised where it lands otherwise. A stop that nbdist sends (the driver's
+stop at a follower, ``%dist_stop``, ``--max-time``: a watcher's :class:`~nbdist.errors.StopRequest`) goes through
+the kernel's real :class:`~nbdist.cell.stopper.Stopper`, whose signal's handler raises it on the main thread
+while the stopper is armed (from ``pre_run_cell`` to the end of a ``%%collective``'s body): :class:`GateStopper`.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from types import SimpleNamespace
 from typing import Any, TypeVar
 
 from nbdist.backend.backends import Choice
-from nbdist.cell import cells
+from nbdist.cell import capture, cells
+from nbdist.cell.stopper import SIGNAL, Stopper
+from nbdist.errors import StoppedError
 from nbdist.session import Session
 from nbdist.world.world import World
 
@@ -24,6 +30,7 @@ from .explorer import Hooks
 from .gate import Hung, Killed
 
 T = TypeVar("T")
+SENT = "stopped by nbdist stop in a terminal"  # the message of a stop that nbdist sends
 
 
 class Trusted:
@@ -48,21 +55,66 @@ class Trusted:
         return True
 
 
+class GateStopper(Stopper):
+    """The kernel's stopper on a simulated rank, which has no main thread of its own: a stop sent to it runs the
+    signal's real handler at once, on the rank's thread, at the store operation where the stop lands (a handler
+    runs between two bytecodes); armed, the handler raises it there, as on a kernel's main thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._installed = True  # as after the join (Stopper.install), without taking over the process's signal
+
+    def _signal(self) -> None:
+        self._handle(SIGNAL, None)
+
+
 def _no_body(b: cells.Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
-    """The body of an explorer's cell: nothing runs (the stop button raises in it, as in a body of the user's)."""
-    with b.turn.stops.released():
-        pass
-    return {"outputs": [], "result": None, "error": None, "wall": 0.0}, None, False
+    """The body of an explorer's cell: nothing runs (the stop button raises in it, as in a body of the user's);
+    the stopper is armed for it and paused after it, as :func:`nbdist.cell.cells.watched_body` does."""
+    return _body(b, lambda: None)
+
+
+def _comparing_body(b: cells.Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+    """A body whose one collective is compared with the others' first (its checker's real comparison, a barrier
+    of no step), as the default group's first all_reduce of a cell is."""
+
+    def all_reduce() -> None:
+        b.checker.agree({"op": "all_reduce"}, "0", 1, None)
+        b.checker.counts["0"] = 1  # as Checker.call counts it, once compared
+
+    return _body(b, all_reduce)
+
+
+def _body(b: cells.Body, code: Callable[[], None]) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+    """Run ``code`` as a body runs: what it raises is the body's error, as its capture records it."""
+    error = None
+    if b.stopper is not None:
+        b.stopper.arm()
+    try:
+        with b.turn.stops.released():
+            try:
+                code()
+            except (Killed, Hung):
+                raise
+            except BaseException as exc:  # the body's own, as capture.run_cell records it
+                error = capture.error_of(exc)
+    finally:
+        if b.stopper is not None:
+            b.stopper.pause()
+            b.stopper.disarm()
+    return {"outputs": [], "result": None, "error": error, "wall": 0.0}, None, False
 
 
 class Kernel:
     """See the module docstring."""
 
-    def __init__(self, world: World, hooks: Hooks, cut: str | None = None, rebuilds: bool = False) -> None:
+    def __init__(self, world: World, hooks: Hooks, cut: str | None = None, rebuilds: bool = False,
+                 compares: bool = False) -> None:
         session = Session(None)
         session.world, session.watch_client = world, world.client
         session.process = "explorer"  # no front end: it draws no live table
-        session.run_body = _no_body
+        session.run_body = _comparing_body if compares else _no_body
+        session.stopper = GateStopper()
         world.pg = Trusted(world.gen)
         if cut is not None or rebuilds:  # its group can be rebuilt (.groups); cut (a stopped collective): it must be
             from .groups import Link
@@ -73,6 +125,7 @@ class Kernel:
             session.client, session.choice = Link(world.client), Choice("gloo", "cpu", "the explorer's")
         self.session, self.world, self.timeout = session, world, hooks.timeout
         hooks.on_stop(self._press)
+        hooks.on_sent_stop(self._sent)
 
     def _press(self) -> None:
         stops = self.session.turn.stops
@@ -80,6 +133,10 @@ class Kernel:
             stops.press()
         else:
             raise KeyboardInterrupt
+
+    def _sent(self) -> None:
+        """A watcher sends a stop (a stop of every rank, say): raised here if the stopper is armed, else dropped."""
+        self.session.stopper.stop(StoppedError(SENT))
 
     def collective(self, body: str, start_turn: int | None = None, start_error: BaseException | None = None) -> str:
         """One ``%%collective`` from ``pre_run_cell`` to ``post_run_cell``; the state its start opened with.
@@ -100,6 +157,9 @@ class Kernel:
             if start_error is not None:
                 raise start_error
             outcome = session.collective(body, cells.Flags(self.timeout, live=False))
+            error = cells.error_for(session.world, outcome)  # as the magic ends the cell, once its table is shown
+            if error is not None:
+                raise error
             return "go" if outcome.rebuilt is None else f"go:rebuild:{outcome.rebuilt}"
 
         return self._until_post_run_cell(info, run)
@@ -145,7 +205,9 @@ def post_run_cell() -> Iterator[None]:
         pass
 
 
-def kernel(world: World, hooks: Hooks, cut: str | None = None, rebuilds: bool = False) -> Kernel:
+def kernel(world: World, hooks: Hooks, cut: str | None = None, rebuilds: bool = False,
+           compares: bool = False) -> Kernel:
     """This rank's kernel (``cut``: its process group was cut, for this reason; ``rebuilds``: a scenario whose
-    stops may make the next cell rebuild it, :func:`.groups.modelled`)."""
-    return Kernel(world, hooks, cut, rebuilds)
+    stops may make the next cell rebuild it, :func:`.groups.modelled`; ``compares``: its body compares one
+    collective with the others)."""
+    return Kernel(world, hooks, cut, rebuilds, compares)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from IPython.core.error import UsageError
 
 from nbdist.drive import follow
-from nbdist.errors import CellMismatchError, PeerFailedError, PeerLostError
+from nbdist.errors import CellMismatchError, PeerFailedError, PeerLostError, StoppedError
 from nbdist.ranksets import ranks_text
 from nbdist.world.world import World
 
@@ -19,8 +19,8 @@ from . import invariants as inv
 from .explorer import Hooks, Run, Scenario
 from .gate import Hung, Killed
 from .invariants import Violation
-from .kernel import Kernel, kernel
-from .scheduler import AFTER, BEFORE, KILL
+from .kernel import SENT, Kernel, kernel
+from .scheduler import AFTER, BEFORE, KILL, SENT_AFTER, SENT_BEFORE
 
 BODY = "x = RANK\n"
 ODD = 1  # the rank that differs, where the ranks differ
@@ -201,13 +201,19 @@ def _first_cell(world: World, run: Callable[[], object]) -> object:
     """A rank's first cell, where the events land: its value, or the exception it ended with."""
     FIRST_CELL[world.rank] = True
     try:
+        return _how_ended(run)
+    finally:
+        FIRST_CELL[world.rank] = False
+
+
+def _how_ended(run: Callable[[], object]) -> object:
+    """A cell's value, or the exception it ended with."""
+    try:
         return run()
     except (Killed, Hung):
         raise
     except BaseException as exc:
         return exc
-    finally:
-        FIRST_CELL[world.rank] = False
 
 
 def _two_cells(world: World, h: Hooks, cell: Callable[[Kernel], str | None]) -> tuple[object, object]:
@@ -271,11 +277,11 @@ def _as_registered(k: Kernel, world: World) -> Kernel:
     return k
 
 
-def drive(world: World, h: Hooks) -> tuple[object, object]:
+def drive(world: World, h: Hooks, compares: bool = False) -> tuple[object, object]:
     """Rank 0 drives: once every other rank follows, it runs a %%collective (published to them first: F5, the
     stop button while it publishes), then the next one, then releases the world. How each of its cells ended;
     a follower returns what it showed for each cell and why following ended."""
-    k = _as_registered(kernel(world, h, rebuilds=True), world)
+    k = _as_registered(kernel(world, h, rebuilds=True, compares=compares), world)
     session = k.session
     if world.rank != 0:
         shown: list[object] = []
@@ -286,7 +292,7 @@ def drive(world: World, h: Hooks) -> tuple[object, object]:
     h.later()  # the followers wait for its first cell
     first = _first_cell(world, lambda: k.collective(BODY))
     h.later()
-    second = k.collective(BODY)
+    second = _how_ended(lambda: k.collective(BODY))
     session.release()
     return first, second
 
@@ -314,6 +320,92 @@ def check_drive(run: Run) -> None:
                 raise Violation(f"{run.describe(rank)} showed {error!r}, not naming the stop of {run.describe(0)}")
         if not shown or isinstance(shown[-1], BaseException):
             raise Violation(f"{run.describe(rank)} did not run the next cell: it showed {shown!r}")
+        if not ended.released:
+            raise Violation(f"{run.describe(rank)} stopped following: {ended}")
+    inv.meets_again(run)
+
+
+# --- g. a stop that nbdist sends (a watcher's StopRequest: the driver's stop, %dist_stop, --max-time) ------------
+
+
+def meet_comparing(world: World, h: Hooks) -> list[object]:
+    """Every rank runs the same cell, each reading its step as its cell begins (the stopper is armed from
+    ``pre_run_cell`` on, where a stop of every rank lands from the kernel's guard), every body comparing its first
+    collective with the others' (a barrier of no step). A rank whose cell failed runs it again once the others
+    have settled, as its person would: a rank late to a step that a stopped rank closed meets it at the next step
+    (``World.missed``). How each cell ended."""
+    k = kernel(world, h, rebuilds=True, compares=True)  # a stopped cell may leave a group to rebuild
+    ends: list[object] = []
+    for _ in range(2):
+        ends.append(_how_ended(lambda: k.collective(BODY)))
+        if not isinstance(ends[-1], BaseException):
+            break
+        h.later()
+    return ends
+
+
+def _the_sent_stop(error: object) -> bool:
+    return type(error) is StoppedError and str(error) == SENT
+
+
+def check_sent(run: Run) -> None:
+    """A rank that a sent stop hit ends its cell with that very stop (a StoppedError with its message, never the
+    stop button's KeyboardInterrupt, which would end a follower's following), or goes on as if it had not been
+    (its stopper was not armed where the stop landed: dropped, as a kernel drops it). Another rank's cell opens,
+    ends with the same stop (the body's error is every rank's once the cell opened), or fails promptly naming the
+    stopped rank. No wait runs out; every rank's last cell opens; the next step works on every rank."""
+    hit = run.hit()
+    for rank, outcome in sorted(run.outcomes.items()):
+        if outcome.error is not None:
+            raise Violation(f"{run.describe(rank)} {outcome}")
+        first, *again = outcome.value
+        if again and isinstance(again[-1], BaseException):
+            raise Violation(f"{run.describe(rank)}'s cell, run again, failed: {again[-1]!r}")
+        if not isinstance(first, BaseException) or _the_sent_stop(first):
+            continue
+        if rank in hit:
+            raise Violation(f"{run.describe(rank)} was sent a stop, and its cell ended with {first!r}, not that stop")
+        stopped = [r for r in hit if r != rank]
+        if not stopped or not isinstance(first, PeerFailedError):
+            raise Violation(f"{run.describe(rank)}'s cell ended with {first!r}, though no other rank was stopped")
+        said = "interrupted its cell" if "interrupted its cell" in str(first) else f"stopped: {SENT}"
+        if run.describe(stopped[0]) not in str(first) or said not in str(first):  # a step's meeting, or a comparison
+            raise Violation(f"{run.describe(rank)}'s cell ended with {first!r}, not naming the stop")
+    inv.no_wait_ran_out(run)
+    inv.meets_again(run)
+
+
+def drive_comparing(world: World, h: Hooks) -> tuple[object, object]:
+    """As :func:`drive`, every body comparing its first collective with the others'."""
+    return drive(world, h, compares=True)
+
+
+def at_followers(events: str) -> Callable[[int, str, str], str]:
+    """``events`` at every gate of every rank but the driving notebook (rank 0)."""
+    return lambda rank, op, key: events if rank != 0 else ""
+
+
+def check_drive_sent(run: Run) -> None:
+    """No wait runs out or never ends. A follower that a sent stop hit shows that stop for its cell (or nothing,
+    the stop dropped) and follows on; the driving notebook's cells open, or end with the same stop, or fail naming
+    the stopped follower; the next cell opens on every rank, and every follower ends following when the world is
+    released (a follower that took the stop for its own stop button would have stopped following)."""
+    hit = run.hit()
+    inv.no_wait_ran_out(run)
+    for rank, outcome in sorted(run.outcomes.items()):
+        if outcome.error is not None:
+            raise Violation(f"{run.describe(rank)} {outcome}")
+        if rank == 0:
+            first, second = outcome.value
+            for cell in (first, second):
+                if isinstance(cell, BaseException) and not _the_sent_stop(cell) and not (
+                        isinstance(cell, PeerFailedError) and any(run.describe(r) in str(cell) for r in hit)):
+                    raise Violation(f"the driving notebook's cell ended with {cell!r}")
+            continue
+        shown, ended = outcome.value
+        for error in (e for e in shown if isinstance(e, BaseException)):
+            if not _the_sent_stop(error) and not any(run.describe(r) in str(error) for r in hit if r != rank):
+                raise Violation(f"{run.describe(rank)} showed {error!r}, not the stop sent")
         if not ended.released:
             raise Violation(f"{run.describe(rank)} stopped following: {ended}")
     inv.meets_again(run)
@@ -416,5 +508,23 @@ SCENARIOS: dict[str, Callable[[int], Scenario]] = {
         check_meet,
         everywhere(BEFORE + AFTER),
         about="every rank runs %dist_barrier; the stop button at any gate",
+    ),
+    "meet-sent": lambda n: Scenario(
+        "meet-sent",
+        n,
+        meet_comparing,
+        check_sent,
+        everywhere(SENT_BEFORE + SENT_AFTER),
+        around=groups.modelled,
+        about="g. F6, F7: a stop that nbdist sends (through the kernel's stopper) at any gate of any rank",
+    ),
+    "drive-sent": lambda n: Scenario(
+        "drive-sent",
+        n,
+        drive_comparing,
+        check_drive_sent,
+        at_followers(SENT_BEFORE + SENT_AFTER),
+        around=groups.modelled,
+        about="g. F6, F7: rank 0 drives; a stop sent to a follower at any gate",
     ),
 }

@@ -9,7 +9,9 @@ order:
    lost; its next operation is a gate like any other);
 2. else one rank at a gate is granted, chosen by the chooser (a choice point), and with it, where the
    scenario allows, an event (another choice point): the stop button just before the operation (``b``) or just
-   after it (``a``), or the rank's kernel killed (``k``);
+   after it (``a``), a stop that nbdist sends (a :class:`~nbdist.errors.StopRequest`, which a watcher raises
+   through the kernel's stopper) just before (``B``) or just after it (``A``), or the rank's kernel killed
+   (``k``);
 3. else a rank waiting to re-run (``later``: a person re-runs a cell once the others have settled) goes on;
 4. else virtual time moves to the next tick of a blocked rank (its ``on_tick`` runs; past its deadline the wait
    raises ``WaitTimeout``), beating each live rank's heartbeat as the pulse would once a virtual second; a wait
@@ -31,6 +33,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from nbdist.errors import StoppedError
 from nbdist.world.store import StoreClient
 
 from .clock import EPOCH, START, VirtualClock
@@ -38,11 +41,14 @@ from .gate import Hung, Killed
 
 RUNNING, GATE, BLOCKED, LATER, DONE = "running", "at a gate", "blocked", "later", "done"
 RUN, BEFORE, AFTER, KILL = ".", "b", "a", "k"  # what a grant says: go on, stop before, stop after, kill
+SENT_BEFORE, SENT_AFTER = "B", "A"  # a stop nbdist sends (StoppedError through the stopper), before or after
 _ABORT, _HUNG = "abort", "hung"
 WRITES = frozenset({"set", "add", "compare_set", "append", "delete"})
 WATCHDOG = 20.0  # real seconds a rank may run between two gates before the run counts as stuck
 HANG_AFTER = 120.0  # virtual seconds (60 of the scenarios' timeouts) after which a wait counts as one that never ends
-EVENT_NAMES = {BEFORE: "stop before", AFTER: "stop after", KILL: "killed at"}
+EVENT_NAMES = {BEFORE: "stop before", AFTER: "stop after", KILL: "killed at", SENT_BEFORE: "sent a stop before",
+               SENT_AFTER: "sent a stop after"}
+LANDS_BEFORE, LANDS_AFTER = (BEFORE, SENT_BEFORE), (AFTER, SENT_AFTER)
 
 
 class HarnessError(RuntimeError):
@@ -51,8 +57,8 @@ class HarnessError(RuntimeError):
 
 class Chooser(Protocol):
     def choose(self, kind: str, options: list[str], rank: int, gate: int) -> str:
-        """One of ``options``: a rank ("0", "1", ...) when ``kind`` is "rank"; an event (".", "b", "a", "k") when
-        it is "event", for ``rank`` at its gate number ``gate``."""
+        """One of ``options``: a rank ("0", "1", ...) when ``kind`` is "rank"; an event (".", "b", "a", "B", "A",
+        "k") when it is "event", for ``rank`` at its gate number ``gate``."""
         ...
 
 
@@ -68,7 +74,7 @@ class Step:
     tick: bool
 
     def __str__(self) -> str:
-        mark = {RUN: "", BEFORE: "   <- stop before", AFTER: "   <- stop after", KILL: "   <- killed"}[self.action]
+        mark = "" if self.action == RUN else f"   <- {EVENT_NAMES[self.action].removesuffix(' at')}"
         return f"{self.vt:6.1f}  rank {self.rank}  {self.op} {self.key}{' (tick)' if self.tick else ''}{mark}"
 
 
@@ -161,6 +167,7 @@ class Scheduler:
         self._beats = [0] * len(sessions)
         self._local = threading.local()
         self.stop_buttons: dict[int, Callable[[], None]] = {}  # a kernel that holds the stop button presses it here
+        self.stoppers: dict[int, Callable[[], None]] = {}  # a kernel's stopper: a stop nbdist sends lands through it
 
     def phase(
         self,
@@ -175,16 +182,26 @@ class Scheduler:
 
     # --- the ranks' side ----------------------------------------------------------------------------------------
     def operate(self, rank: int, op: str, key: str, args: tuple[Any, ...], fn: Callable[[], Any]) -> Any:
-        """Run one store operation of ``rank`` once granted; a stop presses its stop button before or after it."""
+        """Run one store operation of ``rank`` once granted; a stop lands before or after it."""
         action = self._gate(rank, op, key)
-        if action == BEFORE:
-            self.press(rank)
+        if action in LANDS_BEFORE:
+            self.land(rank, action)
         result = fn()
         if op in WRITES:
             self.writes.append(Write(self.clock.elapsed, rank, op, self.short(key), args, result))
-        if action == AFTER:
-            self.press(rank)
+        if action in LANDS_AFTER:
+            self.land(rank, action)
         return result
+
+    def land(self, rank: int, action: str) -> None:
+        """A stop lands on ``rank``: its stop button (``b``, ``a``), or a stop nbdist sends (``B``, ``A``)."""
+        if action in (BEFORE, AFTER):
+            self.press(rank)
+            return
+        stopper = self.stoppers.get(rank)
+        if stopper is None:
+            raise StoppedError("stopped by nbdist stop in a terminal")
+        stopper()
 
     def press(self, rank: int) -> None:
         """The stop button of ``rank``: KeyboardInterrupt, unless its kernel handles the press (``stop_buttons``)."""
@@ -193,13 +210,13 @@ class Scheduler:
             raise KeyboardInterrupt
         button()
 
-    def enter_wait(self, rank: int, keys: list[str]) -> bool:
-        """The gate of a wait; True when a stop is to land just after it ends."""
+    def enter_wait(self, rank: int, keys: list[str]) -> str | None:
+        """The gate of a wait; the stop to land just after it ends (its action), if any."""
         action = self._gate(rank, "wait", ",".join(keys))
         self.ranks[rank].since = self.clock.now
-        if action == BEFORE:
-            self.press(rank)
-        return action == AFTER
+        if action in LANDS_BEFORE:
+            self.land(rank, action)
+        return action if action in LANDS_AFTER else None
 
     def block(self, rank: int, keys: list[str], until: float) -> str:
         """Block ``rank`` until ``keys`` are set ("ready") or virtual time reaches ``until`` ("tick")."""

@@ -1,7 +1,8 @@
 """The lockstep protocol under every interleaving of two ranks within a preemption bound, and random ones of three:
 the stop button and a killed kernel at every store operation, the typo race CI met, a barrier against a cell, F1,
-F2 (a stop anywhere in a step that rebuilds the process group: :mod:`.groups` models torch's set-up), and F5
-(a driving notebook stopped while it publishes its cell to its followers). Real
+F2 (a stop anywhere in a step that rebuilds the process group: :mod:`.groups` models torch's set-up), F5
+(a driving notebook stopped while it publishes its cell to its followers), and F6 and F7 (a stop that nbdist sends,
+landing where the kernel's stopper raises it). Real
 server, real TCP, no kernels; virtual time. ``python -m tests.explore`` runs the same for longer."""
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ RANDOM_SEEDS = 300
 REBUILD_SEEDS = 200  # 3 ranks (with the told-once fix reverted, seed 36 fails)
 DRIVE_BOUND = 0  # 62 (with F5's fix reverted, the 24th fails); at 1, 1726 (54 s)
 DRIVE_SEEDS = 200  # 3 ranks (with F5's fix reverted, seed 28 fails)
+SENT_BOUND = 0  # 174 (with F6's or F7's fix reverted, 8 fail); at 1, 3820 (40 s: `python -m tests.explore`)
+SENT_SEEDS = 200  # 3 ranks (with F6's fix reverted 18 fail, with F7's 17)
+DRIVE_SENT_BOUND = 0  # 206 (with F7's fix reverted, 12 fail); at 1, 6842 (105 s)
 
 
 def holds(result: Result, exhausted: bool = True) -> None:
@@ -104,3 +108,19 @@ def test_a_stop_anywhere_in_a_driving_notebooks_cell_leaves_its_followers_in_ste
     result = randomly(lab, scenario("drive", ranks=3), range(DRIVE_SEEDS))
     holds(result, exhausted=False)
     assert {rank for rank, _, _ in result.stops} == {0}  # the driving notebook: its followers have no stop button
+
+
+def test_a_stop_nbdist_sends_at_any_gate_ends_its_rank_with_that_stop_and_the_others_promptly_or_not_at_all(lab: Lab):
+    result = exhaustive(lab, scenario("meet-sent"), SENT_BOUND)
+    holds(result)
+    assert result.unstopped("BA") == [], "gates of a run where the sent stop never landed, before or after"
+    result = randomly(lab, scenario("meet-sent", ranks=3), range(SENT_SEEDS))
+    holds(result, exhausted=False)
+    assert {rank for rank, _, _ in result.stops} == {0, 1, 2}
+
+
+def test_a_stop_sent_to_a_follower_at_any_gate_shows_that_stop_and_it_follows_on(lab: Lab):
+    result = exhaustive(lab, scenario("drive-sent"), DRIVE_SENT_BOUND)
+    holds(result)
+    assert result.unstopped("BA") == []
+    assert {rank for rank, _, _ in result.stops} == {1}  # the follower: the driving notebook is sent none here
