@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
 from typing import Any
@@ -48,6 +49,42 @@ ASK = "bp-ask"  # the purpose a breakpoint's record is sealed for
 LOOK_EVERY = 0.2  # seconds between the driving notebook's looks for a stopped rank while it waits in nbdist
 HELD_TIMEOUT = 3600.0  # seconds: the process groups' timeout in a cell that calls a breakpoint (torch's own choice)
 _CALLS = re.compile(r"\b(breakpoint|set_trace)\s*\(")
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Rank ``rank`` stopped at a breakpoint of ``cell`` (at cell line ``line``, if known): the ``n``-th of world
+    round ``round``. Its record (``bp/ask/<n>``): these fields, sealed for :data:`ASK`; validated where read
+    (:meth:`read`)."""
+
+    n: int
+    round: int
+    rank: int
+    cell: str
+    line: int | None = None
+    t: float = 0.0
+
+    def record(self) -> dict[str, Any]:
+        return {"n": self.n, "round": self.round, "rank": self.rank, "cell": self.cell, "line": self.line,
+                "t": self.t}
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Stopped:
+        """The breakpoint a JSON object holds, or raise :class:`.records.MalformedRecord` naming why it is not one."""
+        read = records.Fields(value)
+        return cls(read.count("n"), read.count("round"), read.count("rank"), read.text("cell"),
+                   read.count("line") if value.get("line") is not None else None, read.number("t", 0.0))
+
+    @classmethod
+    def read(cls, record: Any, key: bytes, n: int, round_: int) -> Stopped | None:
+        """The breakpoint in ``record``, if it is sealed with ``key`` for number ``n`` of round ``round_`` and is
+        one (None: not a JSON object, not sealed, or not a breakpoint's record)."""
+        if not signing.sealed(key, ASK, record) or record.get("n") != n or record.get("round") != round_:
+            return None
+        try:
+            return cls.from_dict(record)
+        except records.MalformedRecord:
+            return None
 
 
 def calls_breakpoint(source: str) -> bool:
@@ -143,9 +180,8 @@ class Here:
             return
         world, client = self.world, self.world.client
         n = client.add(world.key(keys.BP_ASKS), 1)
-        record = {"n": n, "round": world.round, "rank": world.rank, "cell": self.cell, "line": cell_line_of(frame),
-                  "t": time.time()}
-        client.set_json(world.key(keys.bp_ask(n)), signing.seal(key, ASK, record))
+        stopped = Stopped(n, world.round, world.rank, self.cell, cell_line_of(frame), time.time())
+        client.set_json(world.key(keys.bp_ask(n)), signing.seal(key, ASK, stopped.record()))
         self.channel = relay.Channel(client, key, world.round, n, world.rank, space="bp")
         self.output = relay.Output()
         stdin = relay.Input(self.channel, self.output, relay.IDLE_TIMEOUT, self._gone())
@@ -317,17 +353,16 @@ class Breakpoints:
             if record is None:
                 seen -= 1  # counted, not yet written: the next look reads it
                 break
-            if not (signing.sealed(key, ASK, record) and record.get("n") == seen
-                    and record.get("round") == world.round):
+            stopped = Stopped.read(record, key, seen, world.round)
+            if stopped is None:
                 log.warning("nbdist: a breakpoint record (#%d) did not verify: not answered", seen)
                 continue
-            if record.get("cell") != cell:
+            if stopped.cell != cell:
                 continue  # a breakpoint of an earlier cell
-            rank = int(record["rank"])
-            label = relay_label(world, rank)
-            at = record.get("line")
+            label = relay_label(world, stopped.rank)
+            at = stopped.line
             out.write(f"nbdist: {label} stopped at a breakpoint{f' at cell line {at}' if at else ''}\n")
-            self._open[seen] = (relay.Channel(world.client, key, world.round, seen, rank, space="bp"), label)
+            self._open[seen] = (relay.Channel(world.client, key, world.round, seen, stopped.rank, space="bp"), label)
         self._seen = (world.round, seen)
 
     def _answer(self, out: Any, prompt: bool = True) -> None:
@@ -447,4 +482,4 @@ def _this_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-__all__ = ["Breakpoints", "breakpoint", "calls_breakpoint"]
+__all__ = ["Breakpoints", "Stopped", "breakpoint", "calls_breakpoint"]

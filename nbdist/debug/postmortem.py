@@ -103,7 +103,9 @@ def local(kept: Kept, who: str, write: Callable[[str], Any]) -> None:
 
 @dataclass(frozen=True)
 class Request:
-    """Debug ``rank``'s kept traceback: the ``n``-th request of world round ``round``, from rank ``asker``."""
+    """Debug ``rank``'s kept traceback: the ``n``-th request of world round ``round``, from rank ``asker`` (-1: not
+    a rank). Its record (``pdb/ask/<n>``): these fields and ``t``, sealed for :data:`ASK`; validated where read
+    (:meth:`read`)."""
 
     n: int
     round: int
@@ -116,10 +118,24 @@ class Request:
                 "t": time.time()}
 
     @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Request:
+        """The request a JSON object holds, or raise :class:`.records.MalformedRecord` naming why it is not one."""
+        read = records.Fields(value)
+        request = cls(read.count("n"), read.count("round"), read.count("rank"),
+                      read.count("asker", least=-1) if "asker" in value else -1, read.text("by", ""))
+        read.number("t", 0.0)  # when it was asked: checked, not kept
+        return request
+
+    @classmethod
     def read(cls, record: Any, key: bytes, n: int, round_: int) -> Request | None:
+        """The request in ``record``, if it is sealed with ``key`` for number ``n`` of round ``round_`` and is one
+        (None: not a JSON object, not sealed, or not a request)."""
         if not signing.sealed(key, ASK, record) or record.get("n") != n or record.get("round") != round_:
             return None
-        return cls(n, round_, int(record["rank"]), int(record.get("asker", -1)), str(record.get("by", "")))
+        try:
+            return cls.from_dict(record)
+        except records.MalformedRecord:
+            return None
 
 
 class Responder:

@@ -35,11 +35,43 @@ CHUNK_CHARS = 1_000_000  # a chunk of output is cut to this (the store drops a c
 
 @dataclass(frozen=True)
 class Chunk:
-    """The debugger's output up to its ``prompt``, or its last output and why it ended (``end``)."""
+    """The debugger's output up to its ``prompt``, or its last output and why it ended (``end``). Its record
+    (``pdb/<k>/out/<j>``): these fields with the channel's (:meth:`Channel.publish`), sealed for :data:`OUT`;
+    validated where read (:meth:`Channel.poll`)."""
 
     text: str
     prompt: str = ""
     end: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {"text": self.text, "prompt": self.prompt, "end": self.end}
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Chunk:
+        """The chunk a JSON object holds, or raise :class:`.records.MalformedRecord` naming why it is not one."""
+        read = records.Fields(value)
+        return cls(read.text("text"), read.text("prompt", ""), read.text("end") if value.get("end") is not None
+                   else None)
+
+
+@dataclass(frozen=True)
+class Line:
+    """A line typed for the debugged rank (None: end of input, which quits its debugger). Its record
+    (``pdb/<k>/in/<j>``): ``line`` with the channel's fields (:meth:`Channel.send`), sealed for :data:`IN`;
+    validated where read (:meth:`Channel.line`)."""
+
+    line: str | None
+
+    def record(self) -> dict[str, Any]:
+        return {"line": self.line}
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Line:
+        """The line a JSON object holds, or raise :class:`.records.MalformedRecord` naming why it is not one."""
+        read = records.Fields(value)
+        if "line" not in value:
+            raise records.MalformedRecord("it has no 'line'", value)
+        return cls(read.text("line") if value["line"] is not None else None)
 
 
 class Channel:
@@ -62,12 +94,18 @@ class Channel:
     def _verified(self, purpose: str, record: Any) -> bool:
         return signing.sealed(self._key, purpose, record) and all(record.get(k) == v for k, v in self._fields().items())
 
+    def _refuse(self, what: str, why: str) -> None:
+        """Record ``j`` is not read: say so once (the right one may still overwrite it)."""
+        if self.j not in self.refused:
+            self.refused.add(self.j)
+            log.warning("nbdist: %s #%d of %s request #%d %s: refused", what, self.j, self.space, self.n, why)
+
     # --- the debugged rank ---
     def publish(self, text: str, prompt: str = "", end: str | None = None) -> None:
         if len(text) > CHUNK_CHARS:
             half = CHUNK_CHARS // 2
             text = f"{text[:half]}\n… [{len(text) - 2 * half:,} characters cut] …\n{text[-half:]}"
-        record = {**self._fields(), "text": text, "prompt": prompt, "end": end}
+        record = {**self._fields(), **Chunk(text, prompt, end).record()}
         key = self._key_of(keys.pdb_out(self.n, self.j, self.space))
         self.client.set_json(key, signing.seal(self._key, OUT, record))
 
@@ -82,14 +120,16 @@ class Channel:
         if record is None:
             return False, None
         if not self._verified(IN, record):
-            if self.j not in self.refused:
-                self.refused.add(self.j)
-                log.warning("nbdist: %%dist_pdb line #%d of request #%d did not verify (not signed for this rank, "
-                            "request and place): refused", self.j, self.n)
+            self._refuse("debugger input line", "did not verify (not signed for this rank, request and place)")
+            return False, None
+        try:
+            line = Line.from_dict(record)
+        except records.MalformedRecord as exc:
+            self._refuse("debugger input line", f"is not one nbdist writes ({exc})")
             return False, None
         # read once: the store keeps no session's text
         self.client.delete(self._key_of(keys.pdb_in(self.n, self.j, self.space)))
-        return True, None if record.get("line") is None else str(record["line"])
+        return True, line.line
 
     def wait_line(self, idle: float, gone: Callable[[], str | None] = lambda: None) -> str | None:
         """The next line typed for this rank (None: end of input, nobody typed for ``idle`` s, or the asker is
@@ -121,7 +161,7 @@ class Channel:
     # --- the asker ---
     def send(self, line: str | None) -> None:
         """Line ``j`` for the debugged rank (None: end of input, which quits its debugger)."""
-        record = signing.seal(self._key, IN, {**self._fields(), "line": line})
+        record = signing.seal(self._key, IN, {**self._fields(), **Line(line).record()})
         self.client.set_json(self._key_of(keys.pdb_in(self.n, self.j, self.space)), record)
         self.j += 1
 
@@ -152,13 +192,15 @@ class Channel:
         if record is None:
             return None
         if not self._verified(OUT, record):
-            if self.j not in self.refused:
-                self.refused.add(self.j)
-                log.warning("nbdist: debugger output #%d of %s request #%d did not verify: refused", self.j,
-                            self.space, self.n)
+            self._refuse("debugger output", "did not verify")
+            return None
+        try:
+            chunk = Chunk.from_dict(record)
+        except records.MalformedRecord as exc:
+            self._refuse("debugger output", f"is not one nbdist writes ({exc})")
             return None
         self.client.delete(key)
-        return Chunk(str(record.get("text", "")), str(record.get("prompt", "")), record.get("end"))
+        return chunk
 
 
 class Output(io.TextIOBase):

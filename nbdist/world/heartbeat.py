@@ -10,7 +10,7 @@ from collections.abc import Callable
 from ..config import HEARTBEAT_INTERVAL
 from ..errors import StoreConnectionError
 from . import keys, records
-from .pulse import STOPPED, Pulse
+from .pulse import STOPPED, Beat, Pulse
 from .store import StoreClient
 
 log = logging.getLogger(__name__)
@@ -45,16 +45,16 @@ class Heartbeat:
             try:
                 if pulse is not None and pulse.running:
                     pulse.beat()
-                    if not pulsing:
-                        beat = records.object_or_none(self._client.get_if(self._key))
-                        pulsing = beat is not None and beat.get("pulse") == pulse.pid
+                    if not pulsing:  # the pulse's first beat shows (one that is not a beat is not its)
+                        beat = records.or_none(Beat.from_json, self._client.get_if(self._key))
+                        pulsing = beat is not None and beat.pulse == pulse.pid
                 elif pulsing:
                     log.warning("nbdist: the heartbeat process ended (%s); this thread beats instead",
                                 pulse.error() if pulse is not None else "")
                     pulsing = False
                 if not pulsing:
                     n += 1
-                    self._client.set_json(self._key, {"n": -n, "t": time.time(), "rank": self._rank})
+                    self._client.set(self._key, Beat(-n, time.time(), rank=self._rank).to_json())
                 for chore in list(self._chores):
                     self._do(chore)
             except StoreConnectionError as exc:
@@ -86,7 +86,7 @@ class Heartbeat:
         if self.pulse is not None:
             self.pulse.stop()
         try:
-            self._client.set_json(self._key, {"n": STOPPED, "t": time.time(), "rank": self._rank})
+            self._client.set(self._key, Beat(STOPPED, time.time(), rank=self._rank).to_json())
         except StoreConnectionError:
             log.debug("server gone; last heartbeat not written")
         self._client.close()

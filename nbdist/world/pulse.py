@@ -16,9 +16,10 @@ kernel starts a pulse process, which:
 5. on SIGTERM (a deliberate stop) exits at once without writing; if the server
    cannot be reached, writes one line to stderr and exits 1.
 
-Peers read the beat and ask :func:`judge` what it means. Run as
-``python -m nbdist.world.pulse --host H --port P --key KEY --fd N [--interval 1.0] [--rank R]``.
-This module imports only the standard library and :mod:`nbdist.errors`.
+Peers read the beat (:class:`Beat`, one codec for every writer and reader) and ask :func:`judge` what it means.
+Run as ``python -m nbdist.world.pulse --host H --port P --key KEY --fd N [--interval 1.0] [--rank R]``.
+This module imports only the standard library, :mod:`nbdist.errors` and :mod:`nbdist.world.records` (which
+imports nothing more).
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from ..errors import StoreConnectionError
+from .records import Fields, MalformedRecord, json_object, shown
 
 log = logging.getLogger(__name__)
 
@@ -121,25 +123,65 @@ class WireClient:
             ) from exc
 
 
-STOPPED = "stopped"  # the "n" of the last beat of a heartbeat stopped on purpose (Heartbeat.stop): it stays
+STOPPED: Literal["stopped"] = "stopped"  # the "n" of the last beat of a heartbeat stopped on purpose: it stays
 
 
 @dataclass(frozen=True)
 class Beat:
-    """One heartbeat as read from the store (``hb/<session>``, written by the pulse or, until it beats, the kernel's
-    thread): its count ``n``, which moves while the kernel lives; when it was written (``t``, the writer's
-    ``time.time()``); how long the kernel's Python has been held (``busy`` seconds; 0 in a beat that does not
-    say); whether the pulse saw its kernel end (``gone``). Fields the beat also holds (``pid``, ``pulse``,
-    ``rank``) are read past."""
+    """One heartbeat (``hb/<session>``), written by the pulse or, until it beats, by the kernel's thread: its count
+    ``n``, which moves while the kernel lives (:data:`STOPPED` in the last beat of a heartbeat stopped on purpose,
+    which no longer moves); when it was written (``t``, the writer's ``time.time()``); the kernel's and the pulse's
+    process ids (a pulse's beat only); the rank; how long the kernel's Python has been held (``busy`` seconds, said
+    by a pulse's beat while its kernel lives; 0 in one that does not say); whether the pulse saw its kernel end
+    (``gone``). Validated where read (:meth:`from_json`, :func:`beat_from`)."""
 
-    n: int
+    n: int | Literal["stopped"]
     t: float
     busy: float = 0.0
     gone: bool = False
+    pid: int | None = None
+    pulse: int | None = None
+    rank: int | None = None
 
+    def record(self) -> dict[str, Any]:
+        """The JSON object as the store has always held it: a pulse's beat ``{n, t, pid, pulse, rank, busy}`` (its
+        last, ``gone``, in place of ``busy``), a thread's ``{n, t, rank}``."""
+        value: dict[str, Any] = {"n": self.n, "t": self.t}
+        if self.pulse is not None:
+            value.update(pid=self.pid, pulse=self.pulse)
+        value["rank"] = self.rank
+        if self.gone:
+            value["gone"] = True
+        elif self.pulse is not None:
+            value["busy"] = self.busy
+        return value
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0  # not NaN either
+    def to_json(self) -> str:
+        return json.dumps(self.record())
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Beat:
+        """The beat a JSON object holds, or raise :class:`.records.MalformedRecord` naming why it is not one."""
+        read = Fields(value)
+        if "n" not in value:
+            raise MalformedRecord("it has no 'n'", value)
+        n = value["n"]
+        if n != STOPPED and type(n) is not int:  # JSON's true is no count, though Python's bool is an int
+            raise MalformedRecord(f"its 'n' is {shown(n)}, not a whole number or {STOPPED!r}", value)
+        busy = read.number("busy") if value.get("busy") is not None else 0.0
+        if not busy >= 0:  # not NaN either
+            raise MalformedRecord(f"its 'busy' is {shown(value['busy'])}, not a number of seconds", value)
+
+        def maybe(name: str) -> int | None:
+            return read.count(name) if value.get(name) is not None else None
+
+        return cls(STOPPED if n == STOPPED else int(n), read.time("t"), busy,
+                   read.flag("gone") if "gone" in value else False, maybe("pid"), maybe("pulse"), maybe("rank"))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Beat:
+        """The beat ``text`` holds, or raise :class:`.records.MalformedRecord` (unset, or not a beat)."""
+        return cls.from_dict(json_object(text))
 
 
 def beat_from(text: str | None) -> Beat | None:
@@ -147,15 +189,10 @@ def beat_from(text: str | None) -> Beat | None:
     its last beat, which no longer moves), or when the text is not a beat (anyone can write into the store: a
     peer's beat that is not one reads as no beat, which the peer checks time out as they do for a silent one)."""
     try:
-        beat = json.loads(text) if text is not None else None
-    except ValueError:
+        beat = Beat.from_json(text)
+    except MalformedRecord:
         return None
-    if not isinstance(beat, dict) or beat.get("n") == STOPPED:
-        return None
-    n, t, busy, gone = beat.get("n"), beat.get("t"), beat.get("busy") or 0.0, beat.get("gone", False)
-    if type(n) is not int or not _number(t) or not _number(busy) or type(gone) is not bool:
-        return None
-    return Beat(n, float(beat["t"]), float(busy), gone)
+    return None if beat.n == STOPPED else beat
 
 
 def judge(beat: Beat | None, moved_ago: float, dead_after: float) -> tuple[str, float]:
@@ -200,8 +237,8 @@ def beat_for(kernel: int, fd: int, client: WireClient, key: str, rank: int | Non
     n = 0
     last_word = next_beat = time.monotonic()  # the kernel has just started us: its Python ran
 
-    def record(**extra: Any) -> str:
-        return json.dumps({"n": n, "t": time.time(), "pid": kernel, "pulse": os.getpid(), "rank": rank, **extra})
+    def record(busy: float = 0.0, gone: bool = False) -> str:
+        return Beat(n, time.time(), busy, gone, kernel, os.getpid(), rank).to_json()
 
     while True:
         now = time.monotonic()
