@@ -79,12 +79,7 @@ class Stopped:
     def read(cls, record: Any, key: bytes, n: int, round_: int) -> Stopped | None:
         """The breakpoint in ``record``, if it is sealed with ``key`` for number ``n`` of round ``round_`` and is
         one (None: not a JSON object, not sealed, or not a breakpoint's record)."""
-        if not signing.sealed(key, ASK, record) or record.get("n") != n or record.get("round") != round_:
-            return None
-        try:
-            return cls.from_dict(record)
-        except records.MalformedRecord:
-            return None
+        return signing.opened(cls.from_dict, record, key, ASK, n, round_)
 
 
 def calls_breakpoint(source: str) -> bool:

@@ -85,12 +85,7 @@ class Request:
     def read(cls, record: Any, key: bytes, n: int, round_: int) -> Request | None:
         """The request in ``record``, if it is sealed with ``key`` for number ``n`` of round ``round_`` and is one
         (None: not a JSON object, not sealed, or not a request)."""
-        if not signing.sealed(key, ASK, record) or record.get("n") != n or record.get("round") != round_:
-            return None
-        try:
-            return cls.from_dict(record)
-        except records.MalformedRecord:
-            return None
+        return signing.opened(cls.from_dict, record, key, ASK, n, round_)
 
 
 @dataclass

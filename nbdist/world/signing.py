@@ -25,9 +25,13 @@ import json
 import os
 import secrets
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..errors import NbdistError
+from .records import MalformedRecord
+
+_T = TypeVar("_T")
 
 _CONTEXT = b"nbdist signed cells v1"
 SIGNED = ("round", "seq", "driver", "session", "kind", "source", "flags", "gen", "number")
@@ -97,6 +101,19 @@ def sealed(key: bytes, purpose: str, record: Any) -> bool:
 
 
 # --- the secret of a world without a token, on one machine -----------------------------------
+
+def opened(parse: Callable[[dict[str, Any]], _T], record: Any, key: bytes, purpose: str, n: int,
+           round_: int) -> _T | None:
+    """What ``parse`` reads from ``record`` if it is sealed with ``key`` for ``purpose`` as number ``n`` of world
+    round ``round_``; None when it is not a JSON object, not sealed so, or not the record ``parse`` reads (it
+    raised :class:`.records.MalformedRecord`)."""
+    if not sealed(key, purpose, record) or record.get("n") != n or record.get("round") != round_:
+        return None
+    try:
+        return parse(record)
+    except MalformedRecord:
+        return None
+
 
 def on_loopback(host: str) -> bool:
     """Whether ``host`` is a loopback address (a world on one machine), not merely one of this host's."""
