@@ -79,6 +79,7 @@ class PlainNet:
         self.session = session
         self.watch: CellWatch | None = None
         self._cells = 0
+        self._reached = False  # the running cell reached a collective of its own: the others may wait in theirs
 
     def _refusal(self) -> DriveError | None:
         s = self.session
@@ -93,6 +94,7 @@ class PlainNet:
                 or not watched(raw) or threading.current_thread() is not threading.main_thread()):
             return
         driven = s.drive.holding or s.drive.has_followers(s.world)  # may drive a collective that torch's code starts
+        self._reached = False
         self._start(plain_since=None, since=Since(), refuse=self._refusal if driven else None)
 
     def _start(self, **kwargs: Any) -> CellWatch:
@@ -116,6 +118,10 @@ class PlainNet:
         refused = self._refusal()
         if refused is not None:
             raise refused
+        # From here the others may wait for this rank in their collective (past a rebuild every rank took part
+        # in, a stop held through it is raised as it ends, before this rank's collective starts): a cell that
+        # ends now tells them, as one that ends inside its collectives does (:meth:`end`).
+        self._reached = True
         s.ensure_group()
         watch = self.watch or self._start(plain_since=None)
         s.hooks.active = watch.checker
@@ -127,14 +133,15 @@ class PlainNet:
         others' plain cells, so that none waits in a collective this rank will not join."""
         s = self.session
         watch, self.watch = self.watch, None
+        reached, self._reached = self._reached, False
         if watch is None:
             return
         if s.hooks.active is watch.checker:
             s.hooks.active = None
         watch.__exit__(None, None, None)
         world = s.world
-        if world is None or not watch.in_use():
-            return  # it started no collective: nothing to tell, nothing broken
+        if world is None or not (reached or watch.in_use()):
+            return  # it reached no collective: nothing to tell, nothing broken
         pg = world.pg
         try:
             world.note("finished a plain cell's collectives")  # its watch noted what it was inside: no longer
