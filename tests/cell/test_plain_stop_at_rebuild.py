@@ -1,11 +1,13 @@
-"""A plain cell stopped once its first collective's rebuild, which every rank took part in, has ended: the others,
-past that rebuild, wait in their collective for it, so it must tell them. Real server, real TCP, two worlds in
-one process; the plain cell's real watcher (nbdist.cell.plain), without a kernel.
+"""A plain cell stopped in its first collective's wrapper, before torch's count of collectives moved: in nbdist's
+store reads there (who drives, the world's generation) or as the rebuild that every rank took part in ends (a stop
+is held through it and raised then). The others wait in their collective for it, so it must tell them. Real
+server, real TCP, two worlds in one process; the plain cell's real watcher (nbdist.cell.plain), without a kernel.
 
-The fuzzed long soak met it (plain mode, seed 336, a stop of one rank in a loop of all_reduce): the stop was held
-through the rebuild of the cell's first collective and raised as it ended, before the collective started; the
-cell had started no collective by torch's count, so it told nobody, and the other rank waited in its all_reduce
-for good (its next cell's all_reduce then paired with the stopped rank's next one, out of step).
+The fuzzed long soak met it once (plain mode, seed 336, fault 10: the stop button on one rank in a loop of
+all_reduce): the stopped cell told nobody, as it had started no collective by torch's count, and the other rank
+waited in its all_reduce for good; its next cell's all_reduce paired with the stopped rank's next one, out of step.
+The soak shows no more than that (its where-report: one rank in all_reduce, the other idle); the fuzzed store reads
+of that wrapper are the window where a stop lands in such a cell and leaves it so.
 """
 
 from __future__ import annotations
