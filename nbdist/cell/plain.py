@@ -115,13 +115,14 @@ class PlainNet:
         world = s.world
         if world is None or s.watch_client is None or threading.current_thread() is not threading.main_thread():
             return None
+        # From here the others may wait for this rank in their collective, while a stop can still land before
+        # torch's count moves (nbdist's store reads below; past a rebuild every rank took part in, a stop held
+        # through it is raised as it ends): a cell that ends now tells them, as one inside its collectives does.
+        self._reached = True
         refused = self._refusal()
         if refused is not None:
+            self._reached = False  # a driving notebook's world: nobody waits in a plain cell's collective
             raise refused
-        # From here the others may wait for this rank in their collective (past a rebuild every rank took part
-        # in, a stop held through it is raised as it ends, before this rank's collective starts): a cell that
-        # ends now tells them, as one that ends inside its collectives does (:meth:`end`).
-        self._reached = True
         s.ensure_group()
         watch = self.watch or self._start(plain_since=None)
         s.hooks.active = watch.checker
