@@ -74,15 +74,27 @@ def _no_body(b: cells.Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool
     return _body(b, lambda: None)
 
 
-def _comparing_body(b: cells.Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+RAISED = "the notebook's own error"  # what a body that raises (a scenario's) raises, as a ValueError
+
+
+def _comparing_body(raises: str | None = None) -> Callable[[cells.Body], tuple[dict[str, Any], dict[str, Any] | None,
+                                                                              bool]]:
     """A body whose one collective is compared with the others' first (its checker's real comparison, a barrier
-    of no step), as the default group's first all_reduce of a cell is."""
+    of no step), as the default group's first all_reduce of a cell is; ``raises``: "before" or "after" that
+    collective, the body raises ``ValueError(RAISED)``."""
 
-    def all_reduce() -> None:
-        b.checker.agree({"op": "all_reduce"}, "0", 1, None)
-        b.checker.counts["0"] = 1  # as Checker.call counts it, once compared
+    def body(b: cells.Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+        def all_reduce() -> None:
+            if raises == "before":
+                raise ValueError(RAISED)
+            b.checker.agree({"op": "all_reduce"}, "0", 1, None)
+            b.checker.counts["0"] = 1  # as Checker.call counts it, once compared
+            if raises == "after":
+                raise ValueError(RAISED)
 
-    return _body(b, all_reduce)
+        return _body(b, all_reduce)
+
+    return body
 
 
 def _body(b: cells.Body, code: Callable[[], None]) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
@@ -109,11 +121,11 @@ class Kernel:
     """See the module docstring."""
 
     def __init__(self, world: World, hooks: Hooks, cut: str | None = None, rebuilds: bool = False,
-                 compares: bool = False) -> None:
+                 compares: bool = False, raises: str | None = None) -> None:
         session = Session(None)
         session.world, session.watch_client = world, world.client
         session.process = "explorer"  # no front end: it draws no live table
-        session.run_body = _comparing_body if compares else _no_body
+        session.run_body = _comparing_body(raises) if compares or raises else _no_body
         session.stopper = GateStopper()
         world.pg = Trusted(world.gen)
         if cut is not None or rebuilds:  # its group can be rebuilt (.groups); cut (a stopped collective): it must be
@@ -206,8 +218,8 @@ def post_run_cell() -> Iterator[None]:
 
 
 def kernel(world: World, hooks: Hooks, cut: str | None = None, rebuilds: bool = False,
-           compares: bool = False) -> Kernel:
+           compares: bool = False, raises: str | None = None) -> Kernel:
     """This rank's kernel (``cut``: its process group was cut, for this reason; ``rebuilds``: a scenario whose
     stops may make the next cell rebuild it, :func:`.groups.modelled`; ``compares``: its body compares one
-    collective with the others)."""
-    return Kernel(world, hooks, cut, rebuilds, compares)
+    collective with the others; ``raises``: and raises "before" or "after" it)."""
+    return Kernel(world, hooks, cut, rebuilds, compares, raises)

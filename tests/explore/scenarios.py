@@ -19,7 +19,7 @@ from . import invariants as inv
 from .explorer import Hooks, Run, Scenario
 from .gate import Hung, Killed
 from .invariants import Violation
-from .kernel import SENT, Kernel, kernel
+from .kernel import RAISED, SENT, Kernel, kernel
 from .scheduler import AFTER, BEFORE, KILL, SENT_AFTER, SENT_BEFORE
 
 BODY = "x = RANK\n"
@@ -411,6 +411,33 @@ def check_drive_sent(run: Run) -> None:
     inv.meets_again(run)
 
 
+# --- h. a body that raises before or after its collective ------------------------------------------------------
+
+
+def raising(where: str) -> Callable[[World, Hooks], object]:
+    """Every rank runs the same cell, whose body compares one collective with the others'; rank 1's body raises
+    ``where`` ("before" or "after") that collective. How each cell ended."""
+
+    def program(world: World, h: Hooks) -> object:
+        k = kernel(world, h, compares=True, raises=where if world.rank == ODD else None)
+        return _how_ended(lambda: k.collective(BODY))
+
+    return program
+
+
+def check_raising(run: Run) -> None:
+    """Every rank's cell ends with an error that names rank 1's ValueError (on rank 1, its own, as the magic raises
+    it); none waits out its timeout; the next step works on every rank."""
+    said = f"{run.describe(ODD)} raised ValueError: {RAISED}"
+    for rank, outcome in sorted(run.outcomes.items()):
+        if outcome.error is not None:
+            raise Violation(f"{run.describe(rank)} {outcome}")
+        if not isinstance(outcome.value, BaseException) or said not in str(outcome.value):
+            raise Violation(f"{run.describe(rank)}'s cell ended with {outcome.value!r}, not saying {said!r}")
+    inv.no_wait_ran_out(run)
+    inv.meets_again(run)
+
+
 # --- the table ------------------------------------------------------------------------------------------------------
 
 
@@ -526,5 +553,19 @@ SCENARIOS: dict[str, Callable[[int], Scenario]] = {
         at_followers(SENT_BEFORE + SENT_AFTER),
         around=groups.modelled,
         about="g. F6, F7: rank 0 drives; a stop sent to a follower at any gate",
+    ),
+    "raise-before": lambda n: Scenario(
+        "raise-before",
+        n,
+        raising("before"),
+        check_raising,
+        about="h. rank 1's body raises before its collective, which the others wait in",
+    ),
+    "raise-after": lambda n: Scenario(
+        "raise-after",
+        n,
+        raising("after"),
+        check_raising,
+        about="h. rank 1's body raises after its collective, which every rank ran",
     ),
 }

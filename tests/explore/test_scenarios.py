@@ -1,8 +1,8 @@
 """The lockstep protocol under every interleaving of two ranks within a preemption bound, and random ones of three:
 the stop button and a killed kernel at every store operation, the typo race CI met, a barrier against a cell, F1,
 F2 (a stop anywhere in a step that rebuilds the process group: :mod:`.groups` models torch's set-up), F5
-(a driving notebook stopped while it publishes its cell to its followers), and F6 and F7 (a stop that nbdist sends,
-landing where the kernel's stopper raises it). Real
+(a driving notebook stopped while it publishes its cell to its followers), F6 and F7 (a stop that nbdist sends,
+landing where the kernel's stopper raises it), and a body that raises before or after its collective. Real
 server, real TCP, no kernels; virtual time. ``python -m tests.explore`` runs the same for longer."""
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ DRIVE_SEEDS = 200  # 3 ranks (with F5's fix reverted, seed 28 fails)
 SENT_BOUND = 0  # 174 (with F6's or F7's fix reverted, 8 fail); at 1, 3820 (40 s: `python -m tests.explore`)
 SENT_SEEDS = 200  # 3 ranks (with F6's fix reverted 18 fail, with F7's 17)
 DRIVE_SENT_BOUND = 0  # 206 (with F7's fix reverted, 12 fail); at 1, 6842 (105 s)
+RAISE_BOUND = 1  # 29 and 37; at 2, 297 and 452
+RAISE_SEEDS = 100  # 3 ranks
 
 
 def holds(result: Result, exhausted: bool = True) -> None:
@@ -124,3 +126,9 @@ def test_a_stop_sent_to_a_follower_at_any_gate_shows_that_stop_and_it_follows_on
     holds(result)
     assert result.unstopped("BA") == []
     assert {rank for rank, _, _ in result.stops} == {1}  # the follower: the driving notebook is sent none here
+
+
+def test_a_body_that_raises_before_or_after_its_collective_fails_every_rank_naming_its_error(lab: Lab):
+    for name in ("raise-before", "raise-after"):
+        holds(exhaustive(lab, scenario(name), RAISE_BOUND))
+        holds(randomly(lab, scenario(name, ranks=3), range(RAISE_SEEDS)), exhausted=False)
