@@ -10,7 +10,7 @@ from collections.abc import Callable
 from IPython.core.error import UsageError
 
 from nbdist.drive import follow
-from nbdist.errors import CellMismatchError, PeerFailedError, PeerLostError, StoppedError
+from nbdist.errors import CellMismatchError, PeerFailedError, PeerLostError, StoppedError, WaitTimeout
 from nbdist.ranksets import ranks_text
 from nbdist.world.world import World
 
@@ -438,6 +438,34 @@ def check_raising(run: Run) -> None:
     inv.meets_again(run)
 
 
+# --- i. a rank that never comes ----------------------------------------------------------------------------------
+
+
+def never_comes(world: World, h: Hooks) -> object:
+    """Rank 1 runs nothing (its person is away, its kernel alive and idle); every other rank runs a cell."""
+    if world.rank == ODD:
+        return None
+    return _how_ended(lambda: kernel(world, h).collective(BODY))
+
+
+def check_never_comes(run: Run) -> None:
+    """Every other rank waits out its timeout, and no more than a peer check past it, then fails naming rank 1
+    as missing (or, told by the first to give up, naming that one); the next step works on every rank (rank 1
+    meets them there, told that a step went by)."""
+    for rank, outcome in sorted(run.outcomes.items()):
+        if rank == ODD:
+            continue
+        ended = outcome.value
+        others = [r for r in run.outcomes if r not in (rank, ODD)]
+        gave_up = [r for r in others if f"{run.describe(r)} gave up waiting" in str(ended)]
+        if not (isinstance(ended, WaitTimeout) and f"Missing: {run.describe(ODD)}" in str(ended)) and not (
+                isinstance(ended, PeerFailedError) and gave_up):
+            raise Violation(f"{run.describe(rank)}'s cell ended with {ended!r}, not a timeout naming rank {ODD}")
+        if not run.timeout <= outcome.end <= run.timeout + inv.PROMPT:
+            raise Violation(f"{run.describe(rank)} gave up at {outcome.end:.1f} s, its timeout {run.timeout:g} s")
+    inv.meets_again(run)
+
+
 # --- the table ------------------------------------------------------------------------------------------------------
 
 
@@ -567,5 +595,12 @@ SCENARIOS: dict[str, Callable[[int], Scenario]] = {
         raising("after"),
         check_raising,
         about="h. rank 1's body raises after its collective, which every rank ran",
+    ),
+    "never-comes": lambda n: Scenario(
+        "never-comes",
+        n,
+        never_comes,
+        check_never_comes,
+        about="i. rank 1 never comes (alive, idle); the others wait out their timeout and name it",
     ),
 }

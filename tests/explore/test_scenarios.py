@@ -2,8 +2,9 @@
 the stop button and a killed kernel at every store operation, the typo race CI met, a barrier against a cell, F1,
 F2 (a stop anywhere in a step that rebuilds the process group: :mod:`.groups` models torch's set-up), F5
 (a driving notebook stopped while it publishes its cell to its followers), F6 and F7 (a stop that nbdist sends,
-landing where the kernel's stopper raises it), and a body that raises before or after its collective. Real
-server, real TCP, no kernels; virtual time. ``python -m tests.explore`` runs the same for longer."""
+landing where the kernel's stopper raises it), a body that raises before or after its collective, and a rank that
+never comes. Real server, real TCP, no kernels; virtual time. ``python -m tests.explore`` runs the same for
+longer."""
 
 from __future__ import annotations
 
@@ -132,3 +133,8 @@ def test_a_body_that_raises_before_or_after_its_collective_fails_every_rank_nami
     for name in ("raise-before", "raise-after"):
         holds(exhaustive(lab, scenario(name), RAISE_BOUND))
         holds(randomly(lab, scenario(name, ranks=3), range(RAISE_SEEDS)), exhausted=False)
+
+
+def test_a_rank_that_never_comes_is_waited_for_until_the_timeout_then_named(lab: Lab):
+    holds(exhaustive(lab, scenario("never-comes"), RAISE_BOUND))
+    holds(randomly(lab, scenario("never-comes", ranks=3), range(RAISE_SEEDS)), exhausted=False)
