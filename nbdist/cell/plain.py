@@ -130,8 +130,8 @@ class PlainNet:
 
     def end(self, error: BaseException | None = None) -> None:
         """The plain cell ended (with ``error``, if it failed): stop its watch; a group it broke is rebuilt by
-        every rank at its next use. A cell that failed of its own accord during its collectives tells the
-        others' plain cells, so that none waits in a collective this rank will not join."""
+        every rank at its next use. A cell that failed of its own accord once it reached its collectives tells
+        the others' plain cells, so that none waits in a collective this rank will not join."""
         s = self.session
         watch, self.watch = self.watch, None
         reached, self._reached = self._reached, False

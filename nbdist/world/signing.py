@@ -100,8 +100,6 @@ def sealed(key: bytes, purpose: str, record: Any) -> bool:
                                record["sig"])
 
 
-# --- the secret of a world without a token, on one machine -----------------------------------
-
 def opened(parse: Callable[[dict[str, Any]], _T], record: Any, key: bytes, purpose: str, n: int,
            round_: int) -> _T | None:
     """What ``parse`` reads from ``record`` if it is sealed with ``key`` for ``purpose`` as number ``n`` of world
@@ -114,6 +112,8 @@ def opened(parse: Callable[[dict[str, Any]], _T], record: Any, key: bytes, purpo
     except MalformedRecord:
         return None
 
+
+# --- the secret of a world without a token, on one machine -----------------------------------
 
 def on_loopback(host: str) -> bool:
     """Whether ``host`` is a loopback address (a world on one machine), not merely one of this host's."""
