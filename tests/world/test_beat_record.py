@@ -12,7 +12,6 @@ import pytest
 from nbdist.world import heartbeat, keys
 from nbdist.world.pulse import STOPPED, Beat, beat_from
 from nbdist.world.records import MalformedRecord, Registration
-from nbdist.world.store import Server, connect
 from nbdist.world.world import PeerTracker
 
 # What each writer has always written (the pulse's beat_for, Heartbeat's thread and Heartbeat.stop).
@@ -78,15 +77,6 @@ class QuietPulse:
 
     def error(self) -> str:
         return ""
-
-
-@pytest.fixture
-def client(port):
-    server = Server("127.0.0.1", port)
-    client = connect("127.0.0.1", port)
-    yield client
-    client.close()
-    server.stop()
 
 
 @pytest.mark.timeout(60)

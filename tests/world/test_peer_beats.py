@@ -11,21 +11,12 @@ import pytest
 from nbdist.world import pulse
 from nbdist.world.heartbeat import Heartbeat
 from nbdist.world.records import Registration
-from nbdist.world.store import COUNTS, Server, connect
+from nbdist.world.store import COUNTS, connect
 from nbdist.world.world import PeerTracker
 
 RANKS = [Registration(session=f"s{i}", rank=i, host="h", pid=i, keeps_beat=True) for i in range(4)]
 # a kernel of the version before: it removes its beat when it stops
 RANKS[3] = Registration(session="s3", rank=3, host="h", pid=3)
-
-
-@pytest.fixture
-def client(port):
-    server = Server("127.0.0.1", port)
-    client = connect("127.0.0.1", port)
-    yield client
-    client.close()
-    server.stop()
 
 
 def beat(client, i: int, n: int) -> None:
