@@ -360,16 +360,16 @@ class World:
         base = self.key(name)
         expected = self.world_size if members is None else len(members)
         try:
-            # The last to arrive opens it. Nobody waits for its note, but it is written as a waiter's is, so that
-            # what it did reads as ``then`` once the barrier opened (a status read before its next note).
+            # The note comes before the arrival, from every rank: once the barrier opens, every rank's note reads as
+            # ``then`` (a status read before its next note), also the note of a rank that arrived just before the
+            # last and had not written it yet when the others went on (a 16-rank status met "running" there).
+            self.note(f"waiting at {label}", barrier=name, then=then or f"passed {label}", turn=turn)
             if meeting.arrived(self.client.add(keys.arrivals(base), 1), expected) is Next.DECIDE:
-                self.note(f"waiting at {label}", barrier=name, then=then or f"passed {label}", turn=turn)
                 decided = verdict() if verdict is not None else verdicts.GO
                 if turn is not None:
                     self.take_turn(turn)
                 state = verdicts.decode(self.client.compare_set(keys.state(base), "", decided.encode()))
             else:
-                self.note(f"waiting at {label}", barrier=name, then=then or f"passed {label}", turn=turn)
                 state = self._wait_open(base, name, timeout, label, on_tick, members, working, turn)
         except KeyboardInterrupt as exc:  # wherever it lands (a store call defers it): nobody may wait for this rank
             user = type(exc) is KeyboardInterrupt
