@@ -170,6 +170,7 @@ def test_rerunning_dist_init_rejoins_and_the_others_are_told(make_world, port):
     stale = ks[1].execute("%%collective --timeout 30\nx = 1\n", timeout=60)
     assert stale.status == "error" and stale.error["ename"] == "WorldChangedError"
     assert "re-run %%dist_init" in stale.error["evalue"]
+    assert "rank 0 (" in stale.error["evalue"] and "left this world" in stale.error["evalue"], stale.error["evalue"]
     r1 = ks[1].execute(init_line(1, 2, port), timeout=60)
     t.join(timeout=60)
     assert r0["r"].status == "ok" and r1.status == "ok", (r0["r"].error, r1.error)

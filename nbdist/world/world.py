@@ -287,20 +287,26 @@ class World:
         self._next_round_check = now + 0.5
         latest = current_round(self.client)
         if latest != self.round:
+            gone = self._gone()  # a re-run of %%dist_init leaves this round first (Session.init), then opens the next
+            who = (f"{', '.join(self.describe(i) for i in gone)} left this world and %%dist_init was re-run" if gone
+                   else "another notebook re-ran %%dist_init")
             raise WorldChangedError(
-                f"another notebook re-ran %%dist_init (world round {latest}, this notebook "
+                f"{who} (world round {latest}, this notebook "
                 f"is in round {self.round}): re-run %%dist_init here to rejoin"
             )
         error = self.client.get_if(self.key(keys.ERROR))
         if error is not None:
             raise JoinError(records.world_error(error))
         if self.client.add(self.key(keys.LEFT_N), 0) > 0:
-            gone = [i for i in range(self.world_size) if self.client.check([self.key(keys.left(i))])]
-            names = ", ".join(self.describe(i) for i in gone)
+            names = ", ".join(self.describe(i) for i in self._gone())
             raise WorldChangedError(
                 f"{names} left the world (%dist_destroy or a closed notebook): re-run %%dist_init "
                 "in every notebook to form a new world"
             )
+
+    def _gone(self) -> list[int]:
+        """The ranks that left this round (:meth:`leave`)."""
+        return [i for i in range(self.world_size) if self.client.check([self.key(keys.left(i))])]
 
     def check_peers(self, client: StoreClient | None = None) -> None:
         """Raise :class:`PeerLostError` if another rank's heartbeat stopped (checked once a second)."""
