@@ -25,7 +25,7 @@ from typing import Any
 from nbdist.world import keys
 from nbdist.world.records import Arrival, Registration
 from nbdist.world.store import Server, StoreClient, connect
-from nbdist.world.world import TURN, World
+from nbdist.world.world import TURN, World, current_round
 
 from .clock import FakeTime, VirtualClock, patched
 from .gate import GatedClient
@@ -54,6 +54,16 @@ class Hooks:
     def on_sent_stop(self, stopper: Callable[[], None]) -> None:
         """What a stop that nbdist sends does on this rank (by default it raises StoppedError where it lands)."""
         self.scheduler.stoppers[self.rank] = stopper
+
+
+@dataclass(frozen=True)
+class Rejoined:
+    """A rank's program that ends by re-running ``%%dist_init``: how its cell ended (its value, or the exception it
+    ended with) and when (virtual s; it left its round then), and the world it joined (the follow-up meets there)."""
+
+    cell: object
+    ended: float
+    world: World
 
 
 @dataclass(frozen=True)
@@ -172,7 +182,7 @@ def execute(lab: Lab, scenario: Scenario, chooser: Recorder, bound: int | None =
     """One run of ``scenario`` in a fresh round, its choices made by ``chooser``."""
     if scenario.ranks > len(lab.clients):
         raise HarnessError(f"{scenario.name} needs {scenario.ranks} ranks; the lab has {len(lab.clients)}")
-    lab.rounds += 1
+    lab.rounds = max(lab.rounds, current_round(lab.control)) + 1  # past any round a re-run %%dist_init opened
     k, n = lab.rounds, scenario.ranks
     infos = [Registration(session=f"explore-{k}-{i}", rank=i, host="h", pid=100 + i) for i in range(n)]
     lab.control.set("round", str(k))  # World.check_world reads it: this round is the current one
@@ -187,6 +197,9 @@ def execute(lab: Lab, scenario: Scenario, chooser: Recorder, bound: int | None =
     worlds = [World(GatedClient(lab.clients[i], i, scheduler), k, i, n, infos[i], infos) for i in range(n)]
     for i, info in enumerate(infos):  # each rank's registration, which a rank re-reads when the world moves on
         lab.control.set(worlds[0].key(keys.rank(i)), info.to_json())
+    for name, value in ((keys.SIZE, str(n)), (keys.JOINED, "".join(f"{i}," for i in range(n))), (keys.READY, "1")):
+        lab.control.set(worlds[0].key(name), value)  # formed, as nbdist.world.rendezvous.join leaves a round
+    lab.control.add(worlds[0].key(keys.COUNT), n)
     lab.control.add(worlds[0].key(TURN), 0)  # the world formed: each rank read turn() as it joined
     for world in worlds:
         world.last_turn = 0  # just joined: step 1 is this round's first
@@ -202,7 +215,8 @@ def execute(lab: Lab, scenario: Scenario, chooser: Recorder, bound: int | None =
             alive = [i for i in range(n) if not outcomes[i].killed]
             scheduler.phase(FIRST)
             meet = len(alive) == n  # a world with a dead rank cannot meet; its ranks must still agree on the step
-            followup = scheduler.run({i: partial(follow_up, worlds[i], scenario.timeout, meet) for i in alive})
+            after = {i: value.world if isinstance(value := outcomes[i].value, Rejoined) else worlds[i] for i in alive}
+            followup = scheduler.run({i: partial(follow_up, after[i], scenario.timeout, meet) for i in alive})
     return Run(
         scenario.name,
         chooser.schedule(),

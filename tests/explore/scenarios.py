@@ -10,13 +10,15 @@ from collections.abc import Callable
 from IPython.core.error import UsageError
 
 from nbdist.drive import follow
-from nbdist.errors import CellMismatchError, PeerFailedError, PeerLostError, StoppedError, WaitTimeout
+from nbdist.errors import (CellMismatchError, PeerFailedError, PeerLostError, StoppedError, WaitTimeout,
+                           WorldChangedError)
 from nbdist.ranksets import ranks_text
+from nbdist.world import rendezvous
 from nbdist.world.world import World
 
 from . import groups
 from . import invariants as inv
-from .explorer import Hooks, Run, Scenario
+from .explorer import Hooks, Rejoined, Run, Scenario
 from .gate import Hung, Killed
 from .invariants import Violation
 from .kernel import RAISED, SENT, Kernel, kernel
@@ -466,6 +468,76 @@ def check_never_comes(run: Run) -> None:
     inv.meets_again(run)
 
 
+# --- j. a re-run of %%dist_init -------------------------------------------------------------------------------------
+
+JOIN_TIMEOUT = 10.0  # virtual seconds: the --timeout of the re-run %%dist_init (it waits for every rank's)
+
+
+def rejoin(world: World, h: Hooks) -> Rejoined:
+    """Every rank runs the same cell (the stop button may land anywhere in it); then its person re-runs
+    %%dist_init at once, as :meth:`nbdist.session.Session.init` does at the store: it leaves its round
+    (:meth:`World.leave`) and joins the next (:func:`nbdist.world.rendezvous.join`: the first to find the round
+    formed opens the next)."""
+    return _rerun_init(world, h, _first_cell(world, lambda: kernel(world, h).collective(BODY, start_turn=1)))
+
+
+def rejoin_instead(world: World, h: Hooks) -> Rejoined:
+    """Rank 1's person re-runs %%dist_init while every other rank runs a cell (at any point of it); then theirs."""
+    if world.rank == ODD:
+        return _rerun_init(world, h, "no cell")
+    return rejoin(world, h)
+
+
+def _rerun_init(world: World, h: Hooks, cell: object) -> Rejoined:
+    ended = h.scheduler.clock.elapsed  # and it leaves now
+    world.leave()
+    joined = rendezvous.join(world.client, world.me, world.world_size, JOIN_TIMEOUT)
+    joined.last_turn = joined.turn() - 1  # as Session.init: the steps before it joined are none it missed
+    return Rejoined(cell, ended, joined)
+
+
+def check_rejoin(run: Run) -> None:
+    """Every rank joined the same new round, and its first step works there; a cell that failed did so promptly,
+    naming another rank with its cause (that rank's stop, or its leaving for the new world); no wait ran out."""
+    inv.no_wait_ran_out(run)
+    hit = run.hit()
+    ends = {rank: _rejoined(run, rank) for rank in sorted(run.outcomes)}
+    rounds = {r.world.round for r in ends.values()}
+    if len(rounds) != 1 or min(rounds) <= run.worlds[0].round:
+        raise Violation(f"the ranks joined rounds {sorted(rounds)} after round {run.worlds[0].round}")
+    for rank, r in ends.items():
+        cell = r.cell
+        if isinstance(cell, str) or (rank in hit and type(cell) is KeyboardInterrupt):
+            continue
+        if not isinstance(cell, (PeerFailedError, WorldChangedError)):
+            raise Violation(f"{run.describe(rank)}'s cell ended with {cell!r}")
+        causes = [since for i in ends if i != rank and run.describe(i) in str(cell)
+                  for since, says in ((hit[i].vt if i in hit else None, "interrupted its cell"), (ends[i].ended, "left"))
+                  if since is not None and since <= r.ended and says in str(cell)]
+        if not causes:
+            raise Violation(f"{run.describe(rank)}'s cell failed naming no other rank's stop or leaving: {cell!r}")
+        if r.ended - min(causes) > inv.PROMPT:
+            raise Violation(f"{run.describe(rank)}'s cell failed at {r.ended:.1f} s, {min(causes):.1f} s after its "
+                            f"cause: {cell!r}")
+    inv.meets_again(run)
+
+
+def check_rejoin_instead(run: Run) -> None:
+    """As :func:`check_rejoin`, and no other rank's cell opened: each failed, at once, naming rank 1."""
+    check_rejoin(run)
+    for rank in sorted(run.outcomes):
+        cell = _rejoined(run, rank).cell
+        if rank != ODD and (isinstance(cell, str) or run.describe(ODD) not in str(cell)):
+            raise Violation(f"{run.describe(rank)}'s cell did not fail naming rank {ODD}: {cell!r}")
+
+
+def _rejoined(run: Run, rank: int) -> Rejoined:
+    outcome = run.outcomes[rank]
+    if not isinstance(outcome.value, Rejoined):
+        raise Violation(f"{run.describe(rank)} did not join again: it {outcome}")
+    return outcome.value
+
+
 # --- the table ------------------------------------------------------------------------------------------------------
 
 
@@ -602,5 +674,20 @@ SCENARIOS: dict[str, Callable[[int], Scenario]] = {
         never_comes,
         check_never_comes,
         about="i. rank 1 never comes (alive, idle); the others wait out their timeout and name it",
+    ),
+    "rejoin": lambda n: Scenario(
+        "rejoin",
+        n,
+        rejoin,
+        check_rejoin,
+        in_first_cell(BEFORE + AFTER),
+        about="j. every rank re-runs %%dist_init after a cell; the stop button at any gate of that cell",
+    ),
+    "rejoin-instead": lambda n: Scenario(
+        "rejoin-instead",
+        n,
+        rejoin_instead,
+        check_rejoin_instead,
+        about="j. rank 1 re-runs %%dist_init while the others run a cell; then they re-run theirs",
     ),
 }

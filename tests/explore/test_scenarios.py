@@ -2,8 +2,8 @@
 the stop button and a killed kernel at every store operation, the typo race CI met, a barrier against a cell, F1,
 F2 (a stop anywhere in a step that rebuilds the process group: :mod:`.groups` models torch's set-up), F5
 (a driving notebook stopped while it publishes its cell to its followers), F6 and F7 (a stop that nbdist sends,
-landing where the kernel's stopper raises it), a body that raises before or after its collective, and a rank that
-never comes. Real server, real TCP, no kernels; virtual time. ``python -m tests.explore`` runs the same for
+landing where the kernel's stopper raises it), a body that raises before or after its collective, a rank that
+never comes, and a re-run of %%dist_init. Real server, real TCP, no kernels; virtual time. ``python -m tests.explore`` runs the same for
 longer."""
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ SENT_SEEDS = 200  # 3 ranks (with F6's fix reverted 18 fail, with F7's 17)
 DRIVE_SENT_BOUND = 0  # 206 (with F7's fix reverted, 12 fail); at 1, 6842 (105 s)
 RAISE_BOUND = 1  # 29 and 37; at 2, 297 and 452
 RAISE_SEEDS = 100  # 3 ranks
+REJOIN_BOUND = 0  # 126 for a re-run after a cell; at 1, 3766 (47 s: `python -m tests.explore`)
+REJOIN_INSTEAD_BOUND = 1  # 25
+REJOIN_SEEDS = 100  # 3 ranks
 
 
 def holds(result: Result, exhausted: bool = True) -> None:
@@ -138,3 +141,17 @@ def test_a_body_that_raises_before_or_after_its_collective_fails_every_rank_nami
 def test_a_rank_that_never_comes_is_waited_for_until_the_timeout_then_named(lab: Lab):
     holds(exhaustive(lab, scenario("never-comes"), RAISE_BOUND))
     holds(randomly(lab, scenario("never-comes", ranks=3), range(RAISE_SEEDS)), exhausted=False)
+
+
+def test_a_rerun_of_dist_init_after_a_cell_or_a_stop_in_it_joins_every_rank_in_one_new_world(lab: Lab):
+    result = exhaustive(lab, scenario("rejoin"), REJOIN_BOUND)
+    holds(result)
+    assert result.unstopped("ba") == []
+    result = randomly(lab, scenario("rejoin", ranks=3), range(REJOIN_SEEDS))
+    holds(result, exhausted=False)
+    assert {rank for rank, _, _ in result.stops} == {0, 1, 2}
+
+
+def test_a_rerun_of_dist_init_while_the_others_wait_in_a_cell_fails_them_at_once_naming_it(lab: Lab):
+    holds(exhaustive(lab, scenario("rejoin-instead"), REJOIN_INSTEAD_BOUND))
+    holds(randomly(lab, scenario("rejoin-instead", ranks=3), range(REJOIN_SEEDS)), exhausted=False)
