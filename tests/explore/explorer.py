@@ -47,6 +47,10 @@ class Hooks:
         """Go on once every other rank waits or has finished: a person re-running a cell a moment later."""
         self.scheduler.later(self.rank)
 
+    def restart(self, session: str) -> None:
+        """This rank's killed kernel starts again, as a new ``session`` (its program goes on from the kill)."""
+        self.scheduler.restart(self.rank, session)
+
     def on_stop(self, button: Callable[[], None]) -> None:
         """What the stop button does on this rank (by default it raises KeyboardInterrupt where it lands)."""
         self.scheduler.stop_buttons[self.rank] = button
@@ -64,6 +68,7 @@ class Rejoined:
     cell: object
     ended: float
     world: World
+    then: object = None  # its next cell there, if the scenario runs one
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,15 @@
 """One rank's kernel for the explorer: nbdist's own :class:`nbdist.session.Session`, without IPython or a body.
 
-Its ``%%collective`` runs the session's real steps, IPython's order: ``before_cell`` (``pre_run_cell``), the
-magic (``Session.collective``, which runs :func:`nbdist.cell.cells.run`), ``after_cell`` (``post_run_cell``, whose
-errors IPython swallows); its ``%dist_barrier`` is ``Session.barrier``. Only what a kernel adds around the
-protocol is left out: the body (nothing runs, so no watcher; :attr:`Session.run_body`; or, where a scenario asks,
+Its ``%%collective`` runs the session's real steps, IPython's order: ``before_cell`` (``pre_run_cell``), the magic
+(``Session.collective``, which runs :func:`nbdist.cell.cells.run`), ``after_cell`` (``post_run_cell``, whose errors
+IPython swallows); its ``%dist_barrier`` is ``Session.barrier``. Only what a kernel adds around the protocol is left
+out: the hang report, the body (nothing runs, so no watcher; :attr:`Session.run_body`; or, where a scenario asks,
 one collective's comparison with the others) and the process group (every rank holds one it trusts,
 :class:`Trusted`). The stop button is what a SIGINT does on a kernel's main thread: recorded while nbdist holds it
-(:class:`nbdist.cell.turn.StopButton`), raised where it lands otherwise. A stop that nbdist sends (the driver's
-stop at a follower, ``%dist_stop``, ``--max-time``: a watcher's :class:`~nbdist.errors.StopRequest`) goes through
-the kernel's real :class:`~nbdist.cell.stopper.Stopper`, whose signal's handler raises it on the main thread
-while the stopper is armed (from ``pre_run_cell`` to the end of a ``%%collective``'s body): :class:`GateStopper`.
+(:class:`nbdist.cell.turn.StopButton`), raised where it lands otherwise. A stop that nbdist sends (the driver's stop
+at a follower, ``%dist_stop``, ``--max-time``: a watcher's :class:`~nbdist.errors.StopRequest`) goes through the
+kernel's real :class:`~nbdist.cell.stopper.Stopper`, whose signal's handler raises it on the main thread while the
+stopper is armed (from ``pre_run_cell`` to the end of a ``%%collective``'s body): :class:`GateStopper`.
 """
 
 from __future__ import annotations
@@ -127,6 +127,9 @@ class Kernel:
         session.process = "explorer"  # no front end: it draws no live table
         session.run_body = _comparing_body(raises) if compares or raises else _no_body
         session.stopper = GateStopper()
+        # No hang report: it asks every rank where it is from a thread of its own (%dist_where's protocol, not the
+        # turn's), whose store calls would reach the scheduler's gates from outside the rank's thread.
+        session.aids.hang = lambda world, asks: None  # type: ignore[method-assign]
         world.pg = Trusted(world.gen)
         if cut is not None or rebuilds:  # its group can be rebuilt (.groups); cut (a stopped collective): it must be
             from .groups import Link

@@ -6,12 +6,19 @@ Rank 1 is the odd one out where the ranks differ. Times are virtual: every wait'
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from IPython.core.error import UsageError
 
 from nbdist.drive import follow
-from nbdist.errors import (CellMismatchError, PeerFailedError, PeerLostError, StoppedError, WaitTimeout,
-                           WorldChangedError)
+from nbdist.errors import (
+    CellMismatchError,
+    PeerFailedError,
+    PeerLostError,
+    StoppedError,
+    WaitTimeout,
+    WorldChangedError,
+)
 from nbdist.ranksets import ranks_text
 from nbdist.world import rendezvous
 from nbdist.world.world import World
@@ -197,6 +204,11 @@ FIRST_CELL: dict[int, bool] = {}  # per rank, whether its first cell runs (the e
 def in_first_cell(events: str) -> Callable[[int, str, str], str]:
     """``events`` at every gate of a rank's first cell."""
     return lambda rank, op, key: events if FIRST_CELL.get(rank) else ""
+
+
+def in_odd_first_cell(events: str) -> Callable[[int, str, str], str]:
+    """``events`` at every gate of rank 1's first cell."""
+    return lambda rank, op, key: events if rank == ODD and FIRST_CELL.get(rank) else ""
 
 
 def _first_cell(world: World, run: Callable[[], object]) -> object:
@@ -511,9 +523,15 @@ def check_rejoin(run: Run) -> None:
             continue
         if not isinstance(cell, (PeerFailedError, WorldChangedError)):
             raise Violation(f"{run.describe(rank)}'s cell ended with {cell!r}")
-        causes = [since for i in ends if i != rank and run.describe(i) in str(cell)
-                  for since, says in ((hit[i].vt if i in hit else None, "interrupted its cell"), (ends[i].ended, "left"))
-                  if since is not None and since <= r.ended and says in str(cell)]
+        causes = []  # when each rank the message names did what it says (its stop, or its leaving) before it
+        for i in ends:
+            if i == rank or run.describe(i) not in str(cell):
+                continue
+            if i in hit and "interrupted its cell" in str(cell):
+                causes.append(hit[i].vt)
+            if "left" in str(cell):
+                causes.append(ends[i].ended)
+        causes = [t for t in causes if t <= r.ended]
         if not causes:
             raise Violation(f"{run.describe(rank)}'s cell failed naming no other rank's stop or leaving: {cell!r}")
         if r.ended - min(causes) > inv.PROMPT:
@@ -529,6 +547,88 @@ def check_rejoin_instead(run: Run) -> None:
         cell = _rejoined(run, rank).cell
         if rank != ODD and (isinstance(cell, str) or run.describe(ODD) not in str(cell)):
             raise Violation(f"{run.describe(rank)}'s cell did not fail naming rank {ODD}: {cell!r}")
+
+
+RESTARTS: dict[int, str] = {}  # per round (one per run), how far rank 1's restart got: "killed", "rejoined"
+
+
+def restarting(plain: bool) -> Callable[[World, Hooks], Rejoined | tuple[object, float, list[object]]]:
+    """:func:`restart`, its next cells plain ones whose first collective rebuilds the group if it must."""
+    return lambda world, h: restart(world, h, plain)
+
+
+def restart(world: World, h: Hooks, plain: bool = False) -> Rejoined | tuple[object, float, list[object]]:
+    """Every rank runs the same cell, then the next; rank 1's kernel may be killed anywhere in the first. Restarted,
+    its %%dist_init takes over its slot in the formed world (:func:`nbdist.world.rendezvous.join`: the holder's
+    beat is gone), which moves the world's generation, so that every rank rebuilds its group at the next cell;
+    the others do not re-run theirs. A replaced rank has no group until its first cell (Session.init). A next
+    cell that fails (told rank 1 is gone, before it was replaced) is run again once the others settled."""
+    k = kernel(world, h, rebuilds=True)
+    try:
+        first = _first_cell(world, lambda: k.collective(BODY, start_turn=1))
+    except Killed:
+        RESTARTS[world.round] = "killed"
+        ended = h.scheduler.clock.elapsed
+        me = replace(world.me, session=f"{world.me.session}-restarted", pid=world.me.pid + 100)
+        h.restart(me.session)
+        joined = rendezvous.join(world.client, me, world.world_size, JOIN_TIMEOUT)
+        joined.last_turn = joined.turn() - 1
+        again = kernel(joined, h, rebuilds=True)
+        joined.pg = None
+        RESTARTS[world.round] = "rejoined"
+        return Rejoined(Killed(), ended, joined, _until_one_opens(h, again, plain))
+    ended = h.scheduler.clock.elapsed
+    h.later()
+    # A plain cell is run once rank 1's notebook rejoined: the explorer's plain cell models no collective, which
+    # before then would fail naming rank 1 gone (as the %%collective of `restart` does).
+    while plain and RESTARTS.get(world.round) == "killed":
+        h.scheduler.sleep(1.0)
+    return first, ended, _until_one_opens(h, k, plain)
+
+
+def _until_one_opens(h: Hooks, k: Kernel, plain: bool, tries: int = 3) -> list[object]:
+    """How each run of the same cell ended, run again once the others settled while it fails."""
+    def cell() -> object:
+        return _how_ended(lambda: (f"go:rebuild:{why}" if (why := k.plain()) else "go") if plain else
+                          k.collective(BODY))
+
+    ends = [cell()]
+    while isinstance(ends[-1], BaseException) and len(ends) < tries:
+        h.later()
+        ends.append(cell())
+    return ends
+
+
+def check_restart(run: Run) -> None:
+    """A cell that failed did so at once, naming the killed rank gone; every rank's last cell opens, and if a kernel
+    was restarted every rank rebuilt its group there, on one prefix; no wait ran out."""
+    inv.no_wait_ran_out(run)
+    hit = run.hit()
+    gone = f"{run.describe(ODD)} is gone"
+    last: dict[int, str | None] = {}
+    for rank, outcome in sorted(run.outcomes.items()):
+        if outcome.error is not None:
+            raise Violation(f"{run.describe(rank)} {outcome}")
+        value = outcome.value
+        first, ended, then = (value.cell, value.ended, value.then) if isinstance(value, Rejoined) else value
+        if isinstance(first, BaseException) and not isinstance(first, Killed):
+            if ODD not in hit or not isinstance(first, (PeerLostError, PeerFailedError)) or gone not in str(first):
+                raise Violation(f"{run.describe(rank)}'s first cell ended with {first!r}, not saying {gone!r}")
+            if ended - hit[ODD].vt > inv.PROMPT:
+                raise Violation(f"{run.describe(rank)}'s first cell failed at {ended:.1f} s, "
+                                f"{ended - hit[ODD].vt:.1f} s after rank {ODD} was killed")
+        for failed in then[:-1]:
+            if ODD not in hit or not isinstance(failed, (PeerLostError, PeerFailedError)) or gone not in str(failed):
+                raise Violation(f"{run.describe(rank)}'s next cell ended with {failed!r}, not saying {gone!r}")
+        if isinstance(then[-1], BaseException):
+            raise Violation(f"{run.describe(rank)}'s last cell failed: {then!r}")
+        if ODD in hit and not str(then[-1]).startswith("go:rebuild"):
+            raise Violation(f"{run.describe(rank)}'s last cell did not rebuild its group after the restart: {then}")
+        built = groups.BUILDS.prefixes(rank)
+        last[rank] = built[-1] if built else None
+    if len(set(last.values())) > 1:
+        raise Violation(f"the ranks' last groups were built on different prefixes: {last}")
+    inv.meets_again(run)
 
 
 def _rejoined(run: Run, rank: int) -> Rejoined:
@@ -689,5 +789,24 @@ SCENARIOS: dict[str, Callable[[int], Scenario]] = {
         rejoin_instead,
         check_rejoin_instead,
         about="j. rank 1 re-runs %%dist_init while the others run a cell; then they re-run theirs",
+    ),
+    "restart": lambda n: Scenario(
+        "restart",
+        n,
+        restart,
+        check_restart,
+        in_odd_first_cell(KILL),
+        around=groups.modelled,
+        about="j. rank 1's kernel killed anywhere in a cell and restarted: it takes over its slot; the next cell "
+              "rebuilds on every rank",
+    ),
+    "restart-plain": lambda n: Scenario(
+        "restart-plain",
+        n,
+        restarting(plain=True),
+        check_restart,
+        in_odd_first_cell(KILL),
+        around=groups.modelled,
+        about="j. the same, the next cells plain ones: their first collective rebuilds the group on every rank",
     ),
 }

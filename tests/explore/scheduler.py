@@ -210,6 +210,16 @@ class Scheduler:
             raise KeyboardInterrupt
         button()
 
+    def restart(self, rank: int, session: str) -> None:
+        """``rank``'s killed kernel starts again as ``session``, on the thread of its program: it passes gates again,
+        and beats under its new session (the old one's last beat says gone)."""
+        with self.cv:
+            st = self.ranks[rank]
+            assert st.killed, f"rank {rank} was not killed"
+            st.killed = False
+            self.sessions[rank] = session
+            self._beat(rank)
+
     def enter_wait(self, rank: int, keys: list[str]) -> str | None:
         """The gate of a wait; the stop to land just after it ends (its action), if any."""
         action = self._gate(rank, "wait", ",".join(keys))
