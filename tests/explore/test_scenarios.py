@@ -33,7 +33,7 @@ REJOIN_BOUND = 0  # 126 for a re-run after a cell; at 1, 3766 (47 s: `python -m 
 REJOIN_INSTEAD_BOUND = 1  # 25
 REJOIN_SEEDS = 100  # 3 ranks
 RESTART_BOUND = 0  # 33; at 1, 730 (10 s); at 2, 10048 (150 s)
-RESTART_PLAIN_BOUND = 1  # 532 (with the generation's bump at a replacement reverted, 191 of 437 fail)
+RESTART_PLAIN_BOUND = 0  # 33 (with the generation bumped at no replacement, 19 fail; 21 of 100 seeds); at 1, 532
 
 
 def holds(result: Result, exhausted: bool = True) -> None:
