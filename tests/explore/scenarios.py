@@ -255,7 +255,6 @@ def check_rebuild(run: Run) -> None:
     same prefix (the ranks' groups agree)."""
     hit = run.hit()
     inv.no_wait_ran_out(run)
-    last: dict[int, str | None] = {}
     for rank, outcome in sorted(run.outcomes.items()):
         if outcome.error is not None:
             raise Violation(f"{run.describe(rank)} {outcome}")
@@ -270,11 +269,15 @@ def check_rebuild(run: Run) -> None:
                     raise Violation(f"{run.describe(rank)}'s first cell ended with {first!r}, not naming a stop")
         if isinstance(second, BaseException):
             raise Violation(f"{run.describe(rank)}'s next cell failed: {second!r}")
-        built = groups.BUILDS.prefixes(rank)
-        last[rank] = built[-1] if built else None
+    _last_groups_agree(run)
+    inv.meets_again(run)
+
+
+def _last_groups_agree(run: Run) -> None:
+    """Every rank's last group was built on the same prefix (the ranks' groups agree)."""
+    last = {rank: built[-1] if (built := groups.BUILDS.prefixes(rank)) else None for rank in sorted(run.outcomes)}
     if len(set(last.values())) > 1:
         raise Violation(f"the ranks' last groups were built on different prefixes: {last}")
-    inv.meets_again(run)
 
 
 # --- f. a driving notebook and its followers ---------------------------------------------------------------------
@@ -605,7 +608,6 @@ def check_restart(run: Run) -> None:
     inv.no_wait_ran_out(run)
     hit = run.hit()
     gone = f"{run.describe(ODD)} is gone"
-    last: dict[int, str | None] = {}
     for rank, outcome in sorted(run.outcomes.items()):
         if outcome.error is not None:
             raise Violation(f"{run.describe(rank)} {outcome}")
@@ -624,10 +626,7 @@ def check_restart(run: Run) -> None:
             raise Violation(f"{run.describe(rank)}'s last cell failed: {then!r}")
         if ODD in hit and not str(then[-1]).startswith("go:rebuild"):
             raise Violation(f"{run.describe(rank)}'s last cell did not rebuild its group after the restart: {then}")
-        built = groups.BUILDS.prefixes(rank)
-        last[rank] = built[-1] if built else None
-    if len(set(last.values())) > 1:
-        raise Violation(f"the ranks' last groups were built on different prefixes: {last}")
+    _last_groups_agree(run)
     inv.meets_again(run)
 
 
