@@ -270,7 +270,8 @@ def test_the_doctor_probes_hccls_host_ports_on_the_master_and_says_16666_is_on_t
     assert r.status == "ok", r.error
     assert time.monotonic() - t0 < 30
     text = r.text()
-    assert "HCCL host ports 127.0.0.1:60000-60031: " in text and "32 refused" in text, text
+    opened, refused = _probed(text, 60000)  # a few may be in use: a kernel's ZeroMQ ports are ephemeral ones
+    assert opened + refused == 32 and refused >= 28, text
     assert "HCCL NPU port: 16666" in text and "cannot be tested from here" in text, text
     r = k.execute("%dist_doctor", timeout=60)  # this world's backend, gloo: no HCCL ports
     assert r.status == "ok" and "HCCL" not in r.text() and "nbdist doctor:" in r.text()
@@ -283,8 +284,16 @@ def test_the_doctor_probes_hccls_host_ports_on_the_master_and_says_16666_is_on_t
         finally:
             k.execute("import os; os.environ.pop('HCCL_IF_BASE_PORT', None)", timeout=30)
     assert r.status == "ok", r.error
-    assert f"HCCL host ports 127.0.0.1:{base}-{base + 31}: 1 open, 31 refused" in r.text(), r.text()
+    opened, refused = _probed(r.text(), base)
+    assert opened >= 1 and opened + refused == 32, r.text()
     assert "60000" not in r.text()
+
+
+def _probed(text: str, base: int) -> tuple[int, int]:
+    """How many of the 32 HCCL host ports from ``base`` the doctor found open and refused (none filtered: loopback)."""
+    found = re.search(rf"HCCL host ports 127\.0\.0\.1:{base}-{base + 31}: (\d+) open, (\d+) refused, 0 filtered", text)
+    assert found is not None, text
+    return int(found.group(1)), int(found.group(2))
 
 
 def test_the_doctor_fails_localhost_as_the_master_of_a_world_spanning_hosts():
