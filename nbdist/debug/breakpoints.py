@@ -124,6 +124,22 @@ def _debugger(here: Here, **kwargs: Any) -> Any:
     from IPython.core.debugger import InterruptiblePdb
 
     class CellPdb(InterruptiblePdb):  # type: ignore[misc]
+        first: FrameType | None = None  # where set_trace stops first
+
+        def set_trace(self, frame: FrameType | None = None, **kwargs: Any) -> None:
+            self.first = frame
+            super().set_trace(frame, **kwargs)
+
+        def set_step(self) -> None:
+            """set_trace's first stop is the next line of the frame it was given (the body, where breakpoint()
+            was called), not the first call that comes before it: a garbage collection's weakref callback, say,
+            where ``q`` would be swallowed as the callback's error and the body would run on."""
+            first, self.first = self.first, None
+            if first is None:
+                super().set_step()
+            else:
+                self._set_stopinfo(first, None)
+
         def interaction(self, frame: FrameType | None, tb_or_exc: Any) -> None:
             here.entered(frame)
             try:

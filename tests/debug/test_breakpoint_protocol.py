@@ -13,6 +13,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -108,6 +109,52 @@ def test_q_at_rank_1s_prompt_ends_its_body_with_bdbquit_and_says_the_cell_ends(c
     assert type(rank_one.error).__name__ == "BdbQuit", rank_one.error  # the cell ends as at the stop button
     assert rank_one.y is None
     assert re.search(r"rank 1 \(.+\) quit its debugger: the cell ends on every rank", shown), shown
+    assert sys.gettrace() is None
+
+
+class Garbage:
+    """An object whose weakref's callback runs as it dies: a Python call on the body's thread that the body did
+    not make (a garbage collection runs such callbacks wherever it lands)."""
+
+
+class RankOneWithACallback(RankOne):
+    """Rank 1's body, where a weakref's callback runs between the breakpoint and the body's next line (as the frame
+    that stopped returns): the full suite met the callback's frame taken for the first stop, once."""
+
+    def __init__(self, client: StoreClient) -> None:
+        super().__init__(client)
+        self.refs: list[Any] = []
+        self.called = 0
+
+    def run(self) -> None:
+        try:
+            x = 41
+            self._stop_as_garbage_goes(sys._getframe())
+            y = x + 1
+            self.y = y
+        except BaseException as exc:  # noqa: BLE001
+            self.error = exc
+
+    def _stop_as_garbage_goes(self, frame: Any) -> None:
+        garbage = Garbage()
+        self.refs.append(weakref.ref(garbage, self._collected))  # its callback runs as this frame ends
+        self.here.stop(frame)
+
+    def _collected(self, ref: Any) -> None:
+        self.called += 1
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("typed", ["q", "p x\nc"])
+def test_the_debugger_stops_first_at_the_bodys_next_line_not_in_a_call_before_it(client, typed):
+    rank_one = RankOneWithACallback(client)
+    shown, prompts = answer_from_rank_zero(client, typed.split("\n"), rank_one)
+    assert rank_one.called == 1  # the callback ran, untraced
+    assert "_collected" not in shown, shown  # no stop in the callback
+    if typed == "q":
+        assert type(rank_one.error).__name__ == "BdbQuit" and rank_one.y is None, rank_one.error
+    else:
+        assert rank_one.error is None and rank_one.y == 42 and "\n41\n" in shown, (rank_one.error, shown)
     assert sys.gettrace() is None
 
 
