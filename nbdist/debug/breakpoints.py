@@ -127,7 +127,7 @@ def _debugger(here: Here, **kwargs: Any) -> Any:
         first: FrameType | None = None  # where set_trace stops first
 
         def set_trace(self, frame: FrameType | None = None, **kwargs: Any) -> None:
-            self.first = frame
+            self.first = frame = frame or sys._getframe(1)  # noqa: SLF001 (the caller's, as pdb.set_trace takes it)
             super().set_trace(frame, **kwargs)
 
         def set_step(self) -> None:
