@@ -19,7 +19,7 @@ ratio of medians), then the target line for 2 ranks.
 Unless ``--inner 0``, it then also times, inside the kernels (every rank at
 once, in one plain cell), the pieces a ``%%collective`` cell is made of:
 ``Session.collective`` (barrier, body, publish, barrier, gather), one
-``World.barrier``, ``capture.run_cell`` of the body, rendering the side-by-side
+``gather.barrier``, ``capture.run_cell`` of the body, rendering the side-by-side
 table (:func:`nbdist.view.celltable.cell_table`, what ``display`` formats), and a
 bare ``dist.all_reduce``.
 
@@ -99,6 +99,7 @@ import json as _nb_json, time as _nb_time
 import torch as _nb_torch, torch.distributed as _nb_dist
 from nbdist.cell import capture as _nb_capture, cells as _nb_cells
 from nbdist.view import celltable as _nb_celltable
+from nbdist.world import gather as _nb_gather
 _nb_shell = get_ipython()
 _nb_session = _nb_shell.magics_manager.registry["DistMagics"].session
 _nb_world = _nb_session.world
@@ -115,7 +116,7 @@ _nb_count = [0]  # every rank numbers its benchmark barriers alike
 
 def _nb_barrier():
     _nb_count[0] += 1
-    _nb_world.barrier(f"bench/{{_nb_count[0]}}", 60, "cell_overhead barrier")
+    _nb_gather.barrier(_nb_world, _nb_gather.Gathering(f"bench/{{_nb_count[0]}}", "cell_overhead barrier", 60))
 
 def _nb_all_reduce():
     _nb_t = _nb_torch.ones(4)
@@ -129,7 +130,7 @@ _nb_bench = {{
     "Session.collective(x = 1)": _nb_times(lambda: _nb_session.collective("x = 1", _nb_flags), {n}),
     "Session.collective(all_reduce)": _nb_times(
         lambda: _nb_session.collective("t = torch.ones(4); dist.all_reduce(t)", _nb_flags), {n}),
-    "World.barrier": _nb_times(_nb_barrier, {n}),
+    "gather.barrier": _nb_times(_nb_barrier, {n}),
     "capture.run_cell(x = 1)": _nb_times(lambda: _nb_capture.run_cell(_nb_shell, "x = 1"), {n}),
     "format side-by-side table": _nb_times(lambda: _nb_shell.display_formatter.format(_nb_table), {n}),
     "dist.all_reduce(ones(4))": _nb_times(_nb_all_reduce, {n}),
@@ -139,13 +140,14 @@ _nbdist_bench = _nb_json.dumps(_nb_bench)
 
 
 # Installs timing wrappers in one kernel (only in this benchmark's kernels; nbdist is not changed):
-# store operations on the world's own connection, World.barrier, Session.collective,
+# store operations on the world's own connection, gather.barrier, Session.collective,
 # capture.run_cell, the final table's cell_table() and display() (nbdist.cell.outcome_view), parse_argstring,
 # and the %%collective magic as registered. Samples go to _nb_prof.
 PROFILE_CODE = """\
 import collections as _nb_collections, time as _nb_time
 from nbdist import magics as _nb_magics
 from nbdist.cell import capture as _nb_capture, outcome_view as _nb_view
+from nbdist.world import gather as _nb_gather
 _nb_prof = _nb_collections.defaultdict(list)
 _nb_sess = get_ipython().magics_manager.registry["DistMagics"].session
 
@@ -167,7 +169,7 @@ def _nb_wrap(owner, attr, name, only=None):
 # The classes in use, wherever nbdist defines them.
 for _nb_op in ("set", "get", "add", "compare_set", "wait", "multi_get", "check"):
     _nb_wrap(type(_nb_sess.client), _nb_op, f"store.{_nb_op}", only=lambda: _nb_sess.client)
-_nb_wrap(type(_nb_sess.world), "barrier", "World.barrier")
+_nb_wrap(_nb_gather, "barrier", "gather.barrier")
 _nb_wrap(type(_nb_sess), "collective", "Session.collective")
 _nb_wrap(_nb_capture, "run_cell", "capture.run_cell")
 _nb_wrap(_nb_view, "cell_table", "cell_table (the final table)")
@@ -340,7 +342,7 @@ def report_profile(n: int, per_rank: list[dict[str, tuple]], client: list[float]
     print(f"client wall time with the wrappers: median {median_ms(client):.2f} ms, p90 {p90_ms(client):.2f} ms")
     print(f"{'piece (per cell, per rank)':<34}" + "".join(f"{'rank ' + str(i) + ': n  median  total ms':>28}"
                                                          for i in range(len(per_rank))))
-    order = ["%%collective magic", "parse_argstring", "Session.collective", "World.barrier", "capture.run_cell",
+    order = ["%%collective magic", "parse_argstring", "Session.collective", "gather.barrier", "capture.run_cell",
              "cell_table (the final table)", "display(table) (format + publish)"]
     seen = {k for p in per_rank for k in p}
     names = order + sorted(seen - set(order))  # a piece that never ran shows n 0.0
@@ -531,7 +533,7 @@ def run_size(n: int, args: argparse.Namespace, rows: list[dict[str, Any]]) -> tu
             pooled = time_inside(ks, args.inner, args.timeout + args.inner)
             report_inside(n, pooled, args.inner)
             rows += [figure(f"inside the kernel: `{key}`, {n} ranks", [v * 1000 for v in pooled[key]], "ms",
-                            decimals=3) for key in ("Session.collective(x = 1)", "World.barrier")]
+                            decimals=3) for key in ("Session.collective(x = 1)", "gather.barrier")]
         loop: list[str] = []
         if n == 2 and args.loop_runs > 0:
             loop, loop_rows = report_loop(n, time_loop(ks, args.loop_runs, args.loop_n, args.timeout, check,

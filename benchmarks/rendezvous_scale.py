@@ -9,7 +9,7 @@ sets an Event. Each worker then does what ``%%dist_init`` does at the store
 level (no process group): :func:`nbdist.world.store.connect`, then
 :func:`nbdist.world.rendezvous.join` with a registration shaped like
 ``Session.init``'s (its keys, with values for gloo on loopback), then a
-first ``World.barrier``, then ``--barriers`` (100) more barriers, each timed.
+first ``gather.barrier``, then ``--barriers`` (100) more barriers, each timed.
 This is repeated ``--repeats`` times (default 3) by the same worker processes,
 each time against a fresh server on a fresh port.
 
@@ -102,7 +102,7 @@ def worker(rank: int, size: int, port: Any, releases: list[Any], out: Any, opts:
         import torch.distributed  # noqa: F401  (loaded before the clock starts, as in a kernel)
 
         from nbdist import __version__
-        from nbdist.world import rendezvous, store
+        from nbdist.world import gather, rendezvous, store
 
         samples: dict[str, list[float]] = defaultdict(list)
         phase = ["join"]
@@ -138,13 +138,13 @@ def worker(rank: int, size: int, port: Any, releases: list[Any], out: Any, opts:
             }
             world = rendezvous.join(client, me, size, opts["timeout"])
             t["joined"] = now()
-            world.barrier("b/0", opts["timeout"], "bench first barrier")
+            gather.barrier(world, gather.Gathering("b/0", "bench first barrier", opts["timeout"]))
             t["first_barrier"] = now()
             phase[0] = "barrier"
             barriers = []
             for k in range(1, opts["barriers"] + 1):
                 t0 = time.perf_counter()
-                world.barrier(f"b/{k}", opts["timeout"], "bench")
+                gather.barrier(world, gather.Gathering(f"b/{k}", "bench", opts["timeout"]))
                 barriers.append(time.perf_counter() - t0)
             client.close()
             ops = {k: list(v) for k, v in samples.items()}

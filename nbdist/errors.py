@@ -104,6 +104,11 @@ class DriveError(NbdistError, RuntimeError):
     """Another notebook drives this world, or a follower refused a cell this notebook sent."""
 
 
+class TurnError(NbdistError, RuntimeError):
+    """nbdist's own turn was asked for a move its diagram does not have (:mod:`nbdist.cell.turn`): a bug in nbdist,
+    never the notebook's code. The step is closed, so no other rank waits for this one."""
+
+
 class WorkerError(NbdistError, RuntimeError):
     """A local worker kernel (%dist_init --spawn) could not start or join."""
 

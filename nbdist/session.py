@@ -26,6 +26,7 @@ from .backend import backends, debugmode, envplan, setup, userinit
 from .backend.environ import Environ
 from .backend.state import BackendState
 from .cell import cells, rebuild, turn
+from .cell import step as steps
 from .cell.guard import Guard, request_stop
 from .cell.hooks import Collectives
 from .cell.kernelturn import KernelTurn
@@ -387,19 +388,16 @@ class Session:
         world = self.require_world("%dist_barrier")
         start = time.perf_counter()
         bar = turn.Turn(self.turn.stops)  # its own turn: a %dist_barrier may run inside another cell
-        with bar.guarded(world, turn.BARRIER), bar.stops.held():  # a stop anywhere is taken where the turn can act
-            self.sync_generation(world)
-            if step is None:  # another rank's barrier that gave up this step before it was counted in fails it here
-                n = bar.starts(world, turn.BARRIER, lambda n: self.drive.before(
-                    world, self.secret, "barrier", flags={"timeout": timeout}, step=n))
-            else:
-                bar.follows(n := step)
-            # A stop once every rank arrived has nothing left to stop: the barrier is passed.
-            bar.meet(world, "barrier", f"%dist_barrier #{n}", None, timeout, working=world.busy_elsewhere,
-                     on_missed=cells.say)
-            bar.done()
-            bar.stops.drop()
-        world.note(f"passed %dist_barrier #{n}")
+        def publish(n: int) -> None:  # this notebook's own barrier: its followers meet it there
+            self.drive.before(world, self.secret, "barrier", flags={"timeout": timeout}, step=n)
+
+        def meeting(n: int) -> turn.Meeting:
+            return turn.Meeting("barrier", f"%dist_barrier #{n}", timeout, working=world.busy_elsewhere,
+                                on_missed=cells.say)
+
+        claim = steps.Claim(step=step, publish=None if step is not None else publish, sync=True)
+        steps.drive(bar, world, steps.Plan(steps.BARRIER, meeting, turn.BARRIER, claim))
+        world.note(f"passed %dist_barrier #{bar.step}")
         return time.perf_counter() - start
 
     def status(self) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """The cell: the protocol one ``%%collective`` (or a plain cell's collective) runs on one rank.
 
 Owns one rank's turn at a step, its phases and how a step ends early
-(``turn``), the protocol's steps (``cells``), what the last rank at a cell's end
+(``turn``), the one driver every kind of step runs through (``step``), a ``%%collective``'s part in it
+(``cells``), what the last rank at a cell's end
 finds for every rank and whose records each rank reads there (``ending``), running and capturing the body
 (``capture``, ``outputlog``, ``progress``), checking collectives
 (``fingerprint``, ``history``, ``hooks``), watching and stopping a body

@@ -1,7 +1,7 @@
 """The %%collective protocol for one cell on one rank.
 
 1. Publish this rank's source, flags and process-group state; meet the others
-   at the world's next step (:meth:`~nbdist.world.world.World.meet`, barrier
+   at the world's next step (:func:`~nbdist.world.gather.meet`, barrier
    "in"). The last to arrive decides for everyone: refuse (the sources or flags
    differ, or another rank reached another kind of step), rebuild the process
    group first (a rank cannot trust it, or the world moved to a new generation
@@ -50,13 +50,13 @@ from ..errors import (
     PeerLostError,
     StoppedError,
     StoreConnectionError,
-    WaitTimeout,
 )
 from ..view import trace
 from ..view.shrink import fit
 from ..world import keys
 from ..world import verdict as verdicts
 from ..world.capture_record import Capture
+from ..world.gather import Gathering
 from ..world.records import Arrival, CellStart
 from ..world.store import StoreClient
 from ..world.verdict import Verdict
@@ -66,8 +66,9 @@ from .fingerprint import CUT_SIGNS, Checker, at_work, raise_if_failed
 from .inflight import Since
 from .live import LiveTable, cell_line, where
 from .outputlog import OutputLog
+from .step import CELL, Plan, drive
 from .stopper import Stopper
-from .turn import Phase, Turn
+from .turn import Ending, Meeting, Turn
 from .watch import CellWatch, publish_failure
 
 MAX_SOURCE_CHARS = 64 * 1024
@@ -118,7 +119,7 @@ def _flags_text(flags: dict[str, Any]) -> str:
 def start_verdict(world: World, arrivals: list[Arrival]) -> Verdict:
     """What the last rank to arrive at a cell decides for every rank: refuse, rebuild first, or go."""
     records = [a.cell for a in arrivals if a.cell is not None]
-    assert len(records) == len(arrivals), "every rank reached a cell (World.meet refuses other kinds first)"
+    assert len(records) == len(arrivals), "every rank reached a cell (gather.meet refuses other kinds first)"
     flags: dict[str, list[int]] = {}
     for i, rec in enumerate(records):
         flags.setdefault(_flags_text(rec.flags), []).append(i)
@@ -284,27 +285,17 @@ def run(world: World, shell: Any, source: str, flags: Flags, watch_client: Store
     """
     step = turn.step
     assert step is not None, "the turn claims its step first"
-    run = _CellRun(world, step, shell, source, flags, watch_client, params, activate, rebuild, stopper, driver,
+    run = _CellRun(world, step, shell, source, flags, watch_client, params, activate, stopper, driver,
                    state, draw_live, turn, run_body, keep, aids, shows_table)
-    with turn.guarded(world, source):
-        with turn.stops.held(take=False):  # a press it did not take came as the cell ended: nothing left to stop
-            outcome = _run(run)
-        turn.stops.drop()
-        return outcome
-
-
-def _run(run: _CellRun) -> Outcome:
-    """One rank's cell, in the turn's phases: meet at the start, run the body under its watch, publish, meet at
-    the end (every early end goes through the turn: see :func:`run`)."""
-    rebuilt = run.meet_start()
-    cap, reason, interrupted = run.body()
-    published, reason = run.publish(cap, reason, interrupted, rebuilt)
-    return run.meet_end(published, reason, rebuilt)
+    outcome = drive(turn, world, Plan(CELL, run.meeting, source, build=rebuild, work=run))
+    assert outcome is not None, "a cell's step ends with its outcome"
+    return outcome
 
 
 @dataclass
 class _CellRun:
-    """One ``%%collective`` on this rank, from its start's meeting to its end's (:func:`_run`); see :func:`run`."""
+    """One ``%%collective`` on this rank: what its step's meetings are, its body and its end (the driver,
+    :func:`nbdist.cell.step.drive`, runs them in the turn's phases); see :func:`run`."""
 
     world: World
     n: int
@@ -314,7 +305,6 @@ class _CellRun:
     watch_client: StoreClient
     params: dict[str, list[str]]
     activate: Callable[[Checker | None], None]
-    rebuild: Callable[[int], None]
     stopper: Stopper | None
     driver: int | None
     state: dict[str, Any]
@@ -324,11 +314,18 @@ class _CellRun:
     keep: capture.Keep | None
     aids: Any
     shows_table: bool
-    # Set as the cell goes: its body's watch, the live table, the hang report and when the body began.
+    # Set as the cell goes: why the group was rebuilt at its start, its body's watch, the live table, the hang
+    # report, when the body began, what the body left (its capture, why the watcher stopped it, whether the stop
+    # button did), and what this rank published at its end.
+    rebuilt: str | None = None
     checker: Checker | None = None
     live: LiveTable | None = None
     hang: Any = None
     body_started: float = 0.0
+    ran: tuple[dict[str, Any], dict[str, Any] | None, bool] | None = None
+    published: str = ""
+    reason: dict[str, Any] | None = None
+    every: list[dict[str, Any] | None] | None = None  # every rank's record, if this rank read them to decide
 
     @property
     def cell(self) -> str:
@@ -338,34 +335,25 @@ class _CellRun:
     def label(self) -> str:
         return f"%%collective #{self.n}"
 
-    def meet_start(self) -> str | None:
-        """Meet every rank at the step (the last to arrive decides: :func:`start_verdict`), and rebuild the process
-        group if told to; why it was rebuilt, or None. A stop once every rank arrived is taken before the body."""
-        world, state, turn = self.world, self.state, self.turn
-        source, flags = self.source, self.flags
+    def meeting(self, n: int) -> Meeting:
+        """The cell's meeting at its start: the last to arrive decides (:func:`start_verdict`) to refuse, rebuild
+        the process group first, or go."""
+        world, state, source, flags = self.world, self.state, self.source, self.flags
         start = CellStart(hashlib.sha256(source.encode()).hexdigest(), source[:MAX_SOURCE_CHARS], state,
                           flags.compared())
-        try:
-            opened, stopped = turn.meet(world, "cell", f"{self.label} (start)", start, flags.timeout,
-                                        verdict=lambda records: start_verdict(world, records), on_missed=say)
-        except WaitTimeout as exc:
-            if state.get("ok"):
-                raise
-            raise WaitTimeout(f"{exc}. Every rank must rebuild the process group at this cell's start first "
-                              f"({state.get('why')})") from None
-        rebuilt = opened.rebuild
-        if rebuilt is not None:
-            turn.enter(Phase.BUILDING)
-            self.rebuild(self.n)
-        if stopped is not None:
-            turn.stops.keep(stopped)  # taken as the body would have been stopped
-        return rebuilt
+        hint = None if state.get("ok") else ("Every rank must rebuild the process group at this cell's start first "
+                                             f"({state.get('why')})")
+        return Meeting("cell", f"{self.label} (start)", flags.timeout, cell=start,
+                       verdict=lambda records: start_verdict(world, records), on_missed=say, hint=hint)
 
-    def body(self) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
-        """Run the body under its watch (a rank outside ``--ranks`` skips it): its capture, why the watcher stopped
-        it (or None), and whether the stop button did."""
+    def body(self, opened: Verdict) -> None:
+        """Run the body under its watch (a rank outside ``--ranks`` skips it), keeping its capture, why the watcher
+        stopped it (or None), and whether the stop button did."""
+        self.rebuilt = opened.rebuild
+        self.ran = self._body()
+
+    def _body(self) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
         world, flags, cell, label, aids = self.world, self.flags, self.cell, self.label, self.aids
-        self.turn.enter(Phase.BODY)
         checker = self.checker = Checker(world, cell, flags.timeout, self.params, compare=flags.check,
                                          on_tick=lambda: raise_if_failed(world, cell), trace=flags.trace,
                                          ranks=flags.ranks)
@@ -389,19 +377,24 @@ class _CellRun:
                                   live, flags, self.stopper, self.driver, self.activate, self.turn, self.keep, aids,
                                   hang))
 
-    def outcome(self, captures: list[dict[str, Any] | None], reason: dict[str, Any] | None,
-                rebuilt: str | None) -> Outcome:
+    def outcome(self, captures: list[dict[str, Any] | None]) -> Outcome:
         assert self.live is not None
-        return Outcome(self.n, captures, reason, rebuilt, live_id=self.live.display_id, view=self.flags.view,
-                       show=self.flags.show, where=None if self.hang is None else self.hang.text())
+        return Outcome(self.n, captures, self.reason, self.rebuilt, live_id=self.live.display_id,
+                       view=self.flags.view, show=self.flags.show,
+                       where=None if self.hang is None else self.hang.text())
 
-    def publish(self, cap: dict[str, Any], reason: dict[str, Any] | None, interrupted: bool,
-                rebuilt: str | None) -> tuple[str, dict[str, Any] | None]:
+    def end(self) -> Ending:
         """Publish this rank's record, and its failure first if it failed (the first failure is every rank's
-        reason): the record as published, and the reason the cell was cut short (None: it was not)."""
+        reason, kept as the reason the cell was cut short); the meeting at the cell's end."""
+        assert self.ran is not None
+        self.published, self.reason = self.publish(*self.ran)
+        return self.ending()
+
+    def publish(self, cap: dict[str, Any], reason: dict[str, Any] | None,
+                interrupted: bool) -> tuple[str, dict[str, Any] | None]:
+        """The record as published, and the reason the cell was cut short (None: it was not)."""
         world, cell, checker, live = self.world, self.cell, self.checker, self.live
         assert checker is not None and live is not None
-        self.turn.enter(Phase.ENDING)
         if self.hang is not None:
             body_ended = time.monotonic()
             self.hang.stuck_since = lambda: body_ended  # at the cell's end, waiting for the others
@@ -417,7 +410,8 @@ class _CellRun:
                 world.pg.distrust("the rendezvous server went away")
             failure = StoreConnectionError(reason.get("message", "the rendezvous server went away"))
             mine = [record if i == world.rank else None for i in range(world.world_size)]
-            cut_short(failure, self.outcome(mine, reason, rebuilt))
+            self.reason = reason
+            cut_short(failure, self.outcome(mine))
             raise failure
         error = record["error"]
         if error is not None and reason is None:
@@ -438,38 +432,41 @@ class _CellRun:
         world.client.set(world.key(keys.out(cell, world.rank)), published)
         return published, reason
 
-    def meet_end(self, published: str, reason: dict[str, Any] | None, rebuilt: str | None) -> Outcome:
-        """Meet every rank at the cell's end; the last to arrive reads every record and tells every rank what it
-        found (:mod:`nbdist.cell.ending`). The outcome: every rank's capture (this rank's only, if it shows no
-        table), why it was cut short, and what the process group needs."""
+    def ending(self) -> Ending:
+        """Every rank meets at the cell's end; the last to arrive reads every record and tells every rank what it
+        found (:mod:`nbdist.cell.ending`)."""
         world, cell, label, flags, live = self.world, self.cell, self.label, self.flags, self.live
         assert live is not None
-        every: list[dict[str, Any] | None] | None = None  # every rank's record, if this rank read them to decide
 
         def decide() -> Verdict:  # the last to arrive: what every rank must know from every record, found once
-            nonlocal every
-            every = ending.read(world, cell, list(range(world.world_size)))
-            return verdicts.go(ending.find(every).encode())
+            self.every = ending.read(world, cell, list(range(world.world_size)))
+            return verdicts.go(ending.find(self.every).encode())
 
         started = self.body_started
-        try:
-            opened = world.barrier(keys.ending(cell), flags.timeout, f"{label} (end)", then=f"finished {label}",
-                                   on_tick=lambda: _end_tick(world, cell, live, flags, started, self.turn, self.hang),
-                                   working=lambda _, last: at_work(cell, last) and _within_max_time(flags, started),
-                                   verdict=decide)
-        except (NbdistError, KeyboardInterrupt) as exc:
-            if world.pg is not None:
-                world.pg.distrust(f"the end of {label} was not reached by every rank")
-            partial = ([Capture.read(world.client.get_if(world.key(keys.out(cell, i))))
-                        for i in range(world.world_size)]
-                       if self.shows_table else [json.loads(published) if i == world.rank else None
-                                                 for i in range(world.world_size)])  # nobody draws its table
-            cut_short(exc, self.outcome(partial, reason, rebuilt))
-            raise
-        self.turn.done()  # the cell ended on every rank
-        world.note(f"finished {label}", cell=self.n)
-        captures, found = ending.records(world, cell, opened, json.loads(published), self.shows_table, every)
-        outcome = self.outcome(captures, reason, rebuilt)
+        return Ending(Gathering(keys.ending(cell), f"{label} (end)", flags.timeout, verdict=decide,
+                                working=lambda _, last: at_work(cell, last) and _within_max_time(flags, started),
+                                on_tick=lambda: _end_tick(world, cell, live, flags, started, self.turn, self.hang),
+                                then=f"finished {label}"), failed=self.cut)
+
+    def cut(self, exc: BaseException) -> None:
+        """The end's wait failed on this rank: its group is not trusted, and ``exc`` carries what the ranks
+        published so far (only this rank's, if it shows no table)."""
+        world, cell = self.world, self.cell
+        if world.pg is not None:
+            world.pg.distrust(f"the end of {self.label} was not reached by every rank")
+        partial = ([Capture.read(world.client.get_if(world.key(keys.out(cell, i)))) for i in range(world.world_size)]
+                   if self.shows_table else [json.loads(self.published) if i == world.rank else None
+                                             for i in range(world.world_size)])  # nobody draws its table
+        cut_short(exc, self.outcome(partial))
+
+    def ended(self, opened: Verdict) -> Outcome:
+        """The cell ended on every rank: every rank's capture (this rank's only, if it shows no table), why it was
+        cut short, and what the process group needs."""
+        world = self.world
+        world.note(f"finished {self.label}", cell=self.n)
+        captures, found = ending.records(world, self.cell, opened, json.loads(self.published), self.shows_table,
+                                         self.every)
+        outcome = self.outcome(captures)
         outcome.mismatch = found.mismatch
         distrusted = found.distrusted
         if distrusted is not None:
@@ -477,7 +474,7 @@ class _CellRun:
                 world.pg.distrust(distrusted)
             outcome.distrusted = distrusted
             outcome.holders = procgroup.holders(self.shell.user_ns)
-        elif rebuilt is not None:
+        elif self.rebuilt is not None:
             outcome.holders = procgroup.holders(self.shell.user_ns)
         return outcome
 

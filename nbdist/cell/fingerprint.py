@@ -34,12 +34,13 @@ from typing import Any
 from ..backend.procgroup import group_name, members
 from ..errors import CollectiveMismatchError, PeerFailedError, PeerLostError, SkippedRanksError, StoppedError
 from ..ranksets import fold, ranks_text, who_said
-from ..world import keys, records
+from ..world import gather, keys, records
 from ..world import verdict as verdicts
 from ..world.capture_record import Capture
+from ..world.gather import BarrierRefused, Gathering
 from ..world.store import StoreClient
 from ..world.verdict import Verdict
-from ..world.world import BarrierRefused, World
+from ..world.world import World
 from .history import History, checksum, end_mismatch, quick_key, summary
 
 # op name -> names of its tensor arguments
@@ -510,8 +511,9 @@ class Checker:
         # --timeout counts only for members not at work in the body: one still computing is waited for while
         # it lives (it may be minutes from its collective); one that finished without it is named at once.
         try:
-            world.barrier(base, self.timeout, label, on_tick=lambda: self._peer_finished(name, seq, fp, ranks),
-                          verdict=compare, members=ranks, working=lambda _, last: at_work(self.cell, last))
+            gather.barrier(world, Gathering(base, label, self.timeout, verdict=compare, members=ranks,
+                                            working=lambda _, last: at_work(self.cell, last),
+                                            on_tick=lambda: self._peer_finished(name, seq, fp, ranks)))
         except BarrierRefused as refused:
             raise CollectiveMismatchError(
                 f"{label} does not match across ranks: {refused}. "

@@ -27,7 +27,8 @@ from ..world.store import StoreClient, run_in_thread
 from ..world.world import World, step_name
 from . import cells
 from .hooks import Collectives
-from .turn import Phase, Turn
+from .step import REBUILD, Claim, Plan, drive
+from .turn import Meeting, Turn
 
 BUILT_HCCL = "this kernel has built an HCCL process group already"
 
@@ -135,22 +136,16 @@ def ensure(session: GroupHost) -> str | None:
     else:
         why = pg.reason if pg.broken else "the notebook's code destroyed the process group"
         world.bump_generation(gen)  # our own group of this generation: tell the others
-    step = Turn(session.turn.stops)  # its own turn: the plain cell that needs it has none
-    with step.guarded(world, None), step.stops.held():  # a stop anywhere in it is taken where the turn can act
-        step.claim(world.turn())
-        n = step.step
-        assert n is not None
-        label = f"rebuilding the process group before this cell's collective (step #{n}: {why})"
-        announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to "
-                                           f"rebuild the process group ({why})")
-        _, stopped = step.meet(world, "rebuild", label, None, TIMEOUTS["barrier"], on_tick=announce,
-                               working=world.busy_elsewhere, on_missed=cells.say)
-        step.enter(Phase.BUILDING)  # every rank arrived, and builds: so does this one, then it stops
-        build(session, f"t{n}", n)
-        step.done()
-        if stopped is not None:
-            step.stops.keep(stopped)
-            step.stops.check()
+    def meeting(n: int) -> Meeting:
+        announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to rebuild "
+                                           f"the process group ({why})")
+        return Meeting("rebuild", f"rebuilding the process group before this cell's collective (step #{n}: {why})",
+                       TIMEOUTS["barrier"], on_tick=announce, working=world.busy_elsewhere, on_missed=cells.say)
+
+    # Its own turn (the plain cell that needs it has none); once every rank arrived each builds, then a stop that
+    # came meanwhile stops the plain cell.
+    drive(Turn(session.turn.stops), world, Plan(REBUILD, meeting, None, Claim(),
+                                                build=lambda n: build(session, f"t{n}", n), stops_after=True))
     return why
 
 

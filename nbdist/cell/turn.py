@@ -7,6 +7,13 @@ the world (:mod:`nbdist.world.world`). One rank's part in a step goes through th
                        |            |                    |                    |           |         |
                        +------------+--------------------+--------------------+-----------+---------+--abort--> DONE
 
+    (a %dist_barrier's step ends at MEETING, a plain cell's rebuild at BUILDING; DONE --claim--> CLAIMED: a
+    follower's next step in the same cell)
+
+:class:`Turn` refuses a move the diagram does not have (:data:`EDGES`) with :class:`~nbdist.errors.TurnError`.
+One driver, :func:`nbdist.cell.step.drive`, makes the moves for every kind of step; the turn's own methods
+make the rest (the claim as a cell begins, the count at the meeting, the early end).
+
 - ``CLAIMED``: the rank read the step's number (at IPython's ``pre_run_cell`` for a ``%%collective``)
   and has not arrived at its meeting;
 - ``ARRIVING``: it records itself at the step's meeting (``t/<n>/in``), not yet counted in;
@@ -39,10 +46,21 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CellMismatchError, DriveError, PeerFailedError, StopRequest, StoreConnectionError
-from ..world import keys, records
+from ..errors import (
+    CellMismatchError,
+    DriveError,
+    NbdistError,
+    PeerFailedError,
+    StopRequest,
+    StoreConnectionError,
+    TurnError,
+    WaitTimeout,
+)
+from ..world import gather, keys, records
+from ..world.gather import BarrierRefused, Gathering, StoppedAfterOpen
+from ..world.records import Note
 from ..world.verdict import Verdict
-from ..world.world import BarrierRefused, StoppedAfterOpen, World, step_name
+from ..world.world import World, step_name
 from .watch import publish
 
 log = logging.getLogger(__name__)
@@ -59,6 +77,44 @@ class Phase(enum.Enum):
     BODY = "body"
     ENDING = "ending"
     DONE = "done"
+
+
+# The moves of the module's diagram; every phase may also end, to DONE (an early end: :meth:`Turn.abort`).
+EDGES: frozenset[tuple[Phase, Phase]] = frozenset({
+    (Phase.IDLE, Phase.CLAIMED), (Phase.CLAIMED, Phase.CLAIMED), (Phase.DONE, Phase.CLAIMED),
+    (Phase.CLAIMED, Phase.ARRIVING), (Phase.ARRIVING, Phase.MEETING),
+    (Phase.MEETING, Phase.BUILDING), (Phase.MEETING, Phase.BODY), (Phase.BUILDING, Phase.BODY),
+    (Phase.BODY, Phase.ENDING),
+    *((phase, Phase.DONE) for phase in Phase),
+})
+
+
+@dataclass(frozen=True)
+class Meeting:
+    """What a step's meeting is, for :meth:`Turn.meet` (see :func:`nbdist.world.gather.meet`).
+
+    ``kind`` ("cell", "barrier", "rebuild") and ``label`` name the step across ranks; ``cell``: what a
+    ``%%collective`` runs with; ``verdict``: what the last to arrive decides (go without one); ``working``: whether
+    a missing rank still works towards the step; ``hint``: added to a wait that ran out, what it waited for."""
+
+    kind: str
+    label: str
+    timeout: float
+    cell: records.CellStart | None = None
+    verdict: Callable[[list[records.Arrival]], Verdict] | None = None
+    working: Callable[[int, Note | None], bool] | None = None
+    on_tick: Callable[[], None] | None = None
+    on_missed: Callable[[str], None] | None = None
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A step's meeting at its end (a cell's ``t/<n>/out``), for :meth:`Turn.meet_end`; ``failed`` is told what
+    ended the wait early, before it is raised."""
+
+    gathering: Gathering
+    failed: Callable[[BaseException], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -227,44 +283,67 @@ class Turn:
         self.step: int | None = None
         self.stops = StopButton() if stops is None else stops  # one per kernel: its turns share it
 
+    def _move(self, phase: Phase) -> None:
+        if (self.phase, phase) not in EDGES:
+            raise TurnError(f"nbdist's turn cannot go from {self.phase.value} to {phase.value} (step "
+                            f"#{self.step}): this is a bug in nbdist, please report it")
+        self.phase = phase
+
     def begin(self) -> None:
-        """A cell of the user's starts: no step yet."""
+        """A cell of the user's starts: no step yet (a new turn, whatever the last one left)."""
         self.phase, self.step = Phase.IDLE, None
 
     def claim(self, step: int) -> None:
-        self.phase, self.step = Phase.CLAIMED, step
+        self._move(Phase.CLAIMED)
+        self.step = step
 
     def enter(self, phase: Phase) -> None:
         """The step moves on to ``phase`` (a held press is taken here unless the phase holds it)."""
-        self.phase = phase
+        self._move(phase)
         if takes_stop(phase):
             self.stops.check()
 
     def done(self) -> None:
-        self.phase = Phase.DONE
+        self._move(Phase.DONE)
 
-    def meet(self, world: World, kind: str, label: str, cell: records.CellStart | None, timeout: float,
-             on_tick: Callable[[], None] | None = None, **kwargs: Any) -> tuple[Verdict, KeyboardInterrupt | None]:
-        """Meet the others at this turn's step (:meth:`nbdist.world.world.World.meet`), taking held presses where
+    def meet(self, world: World, meeting: Meeting) -> tuple[Verdict, KeyboardInterrupt | None]:
+        """Meet the others at this turn's step (:func:`nbdist.world.gather.meet`), taking held presses where
         the turn must: the verdict it opened with, and the stop that came once every rank had arrived, if one did
         (the caller goes as far as every rank must, a rebuild, then takes it: :meth:`StopButton.keep`). A refusal
-        is a CellMismatchError.
-        ``cell``: what a ``%%collective`` runs with (None for other kinds of step)."""
+        is a CellMismatchError."""
         assert self.step is not None, "the turn claims its step first"
         self.enter(Phase.ARRIVING)
         def tick() -> None:
             self.stops.check()
-            if on_tick is not None:
-                on_tick()
+            if meeting.on_tick is not None:
+                meeting.on_tick()
 
         try:
-            arrival = records.Arrival(kind, label, cell)
-            return world.meet(self.step, arrival, timeout, on_tick=tick, on_arrive=self.arrived, **kwargs), None
+            arrival = records.Arrival(meeting.kind, meeting.label, meeting.cell)
+            return gather.meet(world, self.step, arrival, meeting.timeout, verdict=meeting.verdict, on_tick=tick,
+                               working=meeting.working, on_missed=meeting.on_missed, on_arrive=self.arrived), None
         except StoppedAfterOpen as stop:
             return stop.verdict, stop.stop
         except BarrierRefused as exc:
             self.done()  # every rank was refused alike: nothing to close
             raise CellMismatchError(str(exc)) from None
+        except WaitTimeout as exc:
+            if meeting.hint is None:
+                raise
+            raise WaitTimeout(f"{exc}. {meeting.hint}") from None
+
+    def meet_end(self, world: World, ending: Ending) -> Verdict:
+        """Meet the others at the end of this turn's step (:func:`nbdist.world.gather.barrier`); once it opens the
+        step has ended on every rank. Whatever ends the wait early is told to ``ending.failed`` first."""
+        assert self.phase is Phase.ENDING, "the step's end is met from its body"
+        try:
+            opened = gather.barrier(world, ending.gathering)
+        except (NbdistError, KeyboardInterrupt) as exc:
+            if ending.failed is not None:
+                ending.failed(exc)
+            raise
+        self.done()
+        return opened
 
     @contextlib.contextmanager
     def guarded(self, world: World, body: str | None) -> Iterator[None]:
@@ -336,12 +415,12 @@ class Turn:
         self.stops.drop()
 
     def arrived(self) -> None:
-        """This rank is counted in at the step's meeting next (:meth:`nbdist.world.world.World.meet`). A press held
+        """This rank is counted in at the step's meeting next (:func:`nbdist.world.gather.meet`). A press held
         while it recorded itself there is taken first, as a stop before it was counted in: it leaves the meeting
         to :meth:`abort`, which tells a late rank before anyone can see the step closed."""
         if self.phase is Phase.ARRIVING:
             self.stops.check()
-            self.phase = Phase.MEETING
+            self._move(Phase.MEETING)
 
     def abort(self, world: World, reason: str, interrupted: bool, body: str | None) -> None:
         """This rank's step ends early: close what its phase left open (see :func:`closing`); idempotent.
@@ -374,8 +453,8 @@ def close(world: World, step: int, reason: str, interrupted: bool = False, body:
     publish(world.client, world, cell, records.Failure(
         world.rank, "interrupted" if interrupted else "error", f"{world.describe(world.rank)} {reason}",
         None if body is None else body_digest(body)))
-    world.close_step(step, reason)
-    world.close_barrier(keys.ending(cell), reason)
+    gather.close_step(world, step, reason)
+    gather.close(world, keys.ending(cell), reason)
 
 
 def abandon(world: World, reason: str, interrupted: bool = False, body: str | None = None) -> None:

@@ -40,7 +40,8 @@ from typing import Any
 from .. import ranksets
 from ..view.tracebacks import is_cell
 from ..world import keys, records, signing
-from ..world.world import PeerTracker, World
+from ..world.liveness import PeerTracker
+from ..world.world import World
 from . import relay
 
 log = logging.getLogger(__name__)

@@ -28,9 +28,10 @@ from typing import Any
 
 from ..errors import StoreConnectionError
 from ..world import keys, records, signing
+from ..world.liveness import PeerTracker
 from ..world.records import Registration
 from ..world.store import StoreClient
-from ..world.world import PeerTracker, World
+from ..world.world import World
 from . import relay
 
 log = logging.getLogger(__name__)

@@ -30,8 +30,9 @@ from ..cell import cells, turn
 from ..errors import DriveError, JoinError, NbdistError, StoreConnectionError, WorldChangedError
 from ..ranksets import fold
 from ..world import keys, records, signing
+from ..world.gather import UNBOUNDED
 from ..world.pulse import beat_from
-from ..world.world import UNBOUNDED, World
+from ..world.world import World
 
 CLAIM, SEQ, FOLLOWERS, REFUSED = keys.DRIVE_CLAIM, keys.DRIVE_SEQ, keys.DRIVE_FOLLOWERS, keys.DRIVE_REFUSED
 PUBLISH_GRACE = 2.0  # seconds a numbered message may take to be written (it takes milliseconds)
@@ -248,7 +249,7 @@ class Follower:
         world = self.world
         key = world.key(keys.drive(self.seq))
         text = None
-        while text is None:  # None: woken by another client's read of the missing key (see World._wait_open)
+        while text is None:  # None: woken by another client's read of the missing key (as a barrier is)
             world.client.wait([key], UNBOUNDED, on_tick=self._tick)
             text = world.client.get_if(key)
         try:

@@ -34,10 +34,11 @@ from ..ranksets import fold
 from ..view.display import CELL_STYLE, DIFF_STYLE, GROUP_ABOVE, TABLE_STYLE
 from ..view.numbers import fold_alike
 from ..world import keys, records
+from ..world.liveness import DEAD_AFTER
 from ..world.pulse import BUSY_AFTER, Beat, beat_from
 from ..world.records import Registration
 from ..world.store import StoreClient
-from ..world.world import DEAD_AFTER, World
+from ..world.world import World
 
 log = logging.getLogger(__name__)
 

@@ -3,9 +3,10 @@
 Owns the rendezvous server and its clients (``store``, ``auth``), every key
 kept in the store (``keys``) and the records kept under them, typed and validated where
 read (``records``; a rank's record of a ``%%collective`` at its end, ``capture_record``),
-rounds and joining (``rendezvous``, ``reach``), a formed world's barriers and peer checks
-(``world``), what a rank at a meeting does next (``meeting``) and what a meeting decided
-(``verdict``), heartbeats (``heartbeat``, ``pulse``), signed messages (``signing``), this
+rounds and joining (``rendezvous``, ``reach``), a formed world: its members, step numbers,
+generations, notes and checks (``world``), its meetings (``gather``, the executor; ``meeting``, what
+a rank at one does next; ``verdict``, what one decided), heartbeats and who is alive by them
+(``heartbeat``, ``pulse``, ``liveness``), signed messages (``signing``), this
 host's network facts (``netinfo``) and one kernel's link to the store: its server,
 connections, heartbeat and world (``link``).
 

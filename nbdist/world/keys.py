@@ -169,7 +169,7 @@ def arrival(n: int) -> str:
 
 
 def meeting(under: str, name: str) -> str:
-    """A meeting (:meth:`World.barrier`) called ``name`` under ``under`` (a step, a collective's)."""
+    """A meeting (:func:`nbdist.world.gather.barrier`) called ``name`` under ``under`` (a step, a collective's)."""
     return f"{under}/{name}"
 
 

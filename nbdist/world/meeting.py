@@ -1,6 +1,6 @@
 """What a rank at a meeting of the ranks does next: pure decisions over what it read and the clock.
 
-A meeting (:meth:`nbdist.world.world.World.barrier`) is a count of arrivals and a state key. Its
+A meeting (:func:`nbdist.world.gather.barrier`) is a count of arrivals and a state key. Its
 executor, the barrier, reads the store, asks these functions what to do, and alone writes; nothing
 here touches the store or the clock, so every decision is tested as a table (``tests/world/test_meeting.py``)::
 

@@ -19,7 +19,7 @@ record                  key (:mod:`.keys`)                      written by, read
 :class:`Failure`        ``t/<n>/failed``,                       a step's first failure, a plain cell's
                         ``plain/failed/<k>``                    (:mod:`nbdist.cell`); every rank, the dashboard
 :class:`Arrival`        ``t/<n>/rec/<i>``                       each rank at a step's meeting; the last to
-                                                                arrive (:meth:`nbdist.world.world.World.meet`)
+                                                                arrive (:func:`nbdist.world.gather.meet`)
 :class:`Note`           ``last/<i>``                            each rank, what it last did; the others'
                                                                 waits and messages, %dist_status, the
                                                                 dashboard

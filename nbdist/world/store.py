@@ -344,7 +344,7 @@ class StoreClient:
         expected value can never be stored reads in one and changes nothing. But
         torch's TCPStore wakes every wait on a missing key that it reads this way:
         read a key that others may be waiting for with :meth:`check`, and wait in a
-        loop that looks again, as :meth:`nbdist.world.world.World.barrier` does.)
+        loop that looks again, as :func:`nbdist.world.gather.barrier` does.)
         """
         COUNTS.get_if += 1  # counted as a compare_set: this says how many of those were reads
         value = self.compare_set(key, _ABSENT, _ABSENT)

@@ -82,6 +82,8 @@ def test_the_stop_button_is_held_in_nbdists_part_and_raises_where_the_turn_takes
     turn = Turn(stops)
     with stops.held():
         turn.claim(3)
+        turn.enter(Phase.ARRIVING)
+        turn.arrived()
         signal.raise_signal(signal.SIGINT)
         turn.enter(Phase.BUILDING)  # held through a rebuild
         with pytest.raises(KeyboardInterrupt):

@@ -21,8 +21,9 @@ from nbdist.cell import cells, turn
 from nbdist.cell.turn import Turn
 from nbdist.errors import PeerFailedError, StoppedError
 from nbdist.session import Session
-from nbdist.world import keys
+from nbdist.world import gather, keys
 from nbdist.world import verdict as verdicts
+from nbdist.world.gather import Gathering
 from nbdist.world.records import Arrival, CellStart, Registration
 from nbdist.world.store import Server, StoreClient, connect
 from nbdist.world.world import World, step_name
@@ -121,7 +122,7 @@ def test_f2_a_stop_just_after_a_rebuild_step_opened_builds_first_then_stops(pair
     waiting, stopped = pair
     n = stopped.turn()
     unbuilt = {"ok": False, "why": "it has no process group yet"}
-    met, box = in_thread(lambda: waiting.meet(n, record(BODY, unbuilt), WAIT))
+    met, box = in_thread(lambda: gather.meet(waiting, n, record(BODY, unbuilt), WAIT))
     # Counted in, not merely recorded: the stopped rank must be the last to arrive, which decides the rebuild.
     while waiting.client.add(waiting.key(f"{step_name(n)}/in/n"), 0) < 1:
         met.join(0.01)
@@ -140,7 +141,7 @@ def test_f3_a_stop_in_dist_barrier_before_its_wait_closes_its_step(pair):
     """The stop lands as %dist_barrier reads its step: the rank waiting there fails at once, naming it."""
     waiting, stopped = pair
     n = waiting.turn()
-    met, box = in_thread(lambda: waiting.meet(n, Arrival("barrier", f"%dist_barrier #{n}"), WAIT))
+    met, box = in_thread(lambda: gather.meet(waiting, n, Arrival("barrier", f"%dist_barrier #{n}"), WAIT))
     session = Session(None)
     session.world = stopped
     stopped.client = PressInside(stopped.client, "add", "/turn")
@@ -233,7 +234,7 @@ def test_f6_a_stop_of_every_rank_just_after_a_cell_opened_stays_that_stop_not_th
     waiting, stopped = pair
     n = stopped.turn()
     state = {"ok": True, "gen": 0} if built else {"ok": False, "why": "it has no process group yet"}
-    met, box = in_thread(lambda: waiting.meet(n, record(BODY, state), WAIT))
+    met, box = in_thread(lambda: gather.meet(waiting, n, record(BODY, state), WAIT))
     while waiting.client.add(waiting.key(f"{step_name(n)}/in/n"), 0) < 1:
         met.join(0.01)
     stop = StoppedError("rank 0 (h, pid 1) interrupted its cell")
@@ -256,13 +257,14 @@ def test_f7_a_stop_of_every_rank_just_after_a_collectives_comparison_opened_is_r
     whose own record said "interrupted" stopped following, and every later cell of its driver waited for it."""
     waiting, stopped = pair
     base = keys.compared(step_name(stopped.turn()), "0", 1)
-    met, box = in_thread(lambda: waiting.barrier(base, WAIT, "collective #1 (all_reduce) of this cell"))
+    compared = Gathering(base, "collective #1 (all_reduce) of this cell", WAIT)
+    met, box = in_thread(lambda: gather.barrier(waiting, compared))
     while waiting.client.add(waiting.key(keys.arrivals(base)), 0) < 1:
         met.join(0.01)
     stop = StoppedError("stopped by nbdist stop in a terminal")
     stopped.client = RaiseInside(stopped.client, "compare_set", f"{base}/state", stop)
     with pytest.raises(KeyboardInterrupt) as caught:
-        stopped.barrier(base, WAIT, "collective #1 (all_reduce) of this cell")
+        gather.barrier(stopped, compared)
     assert type(caught.value) is StoppedError and str(caught.value) == str(stop)
     met.join(WAIT)
     assert box.get("value", box.get("error")) == verdicts.GO  # the others go on: it opened

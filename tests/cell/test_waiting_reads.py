@@ -14,7 +14,8 @@ from nbdist.cell.fingerprint import Checker, Fingerprint, ended
 from nbdist.cell.live import LiveTable
 from nbdist.cell.outputlog import OutputLog
 from nbdist.errors import CollectiveMismatchError
-from nbdist.world import keys
+from nbdist.world import gather, keys
+from nbdist.world.gather import Gathering
 from nbdist.world.records import MalformedRecord
 from nbdist.world.store import COUNTS
 from nbdist.world.world import step_name
@@ -102,7 +103,8 @@ def test_a_fingerprint_that_is_not_one_is_left_out_of_the_last_arrivals_comparis
     base = keys.compared(cell, "0", 1)
     other.client.set(other.key(keys.member(base, 1)), garbage)
     opened = []
-    early = threading.Thread(target=lambda: opened.append(other.barrier(base, 20.0, "rank 1 at #1")), daemon=True)
+    early = threading.Thread(target=lambda: opened.append(gather.barrier(other, Gathering(base, "rank 1 at #1", 20.0))),
+                             daemon=True)
     early.start()
     while not waiting.client.check([waiting.key(keys.arrivals(base))]):  # rank 1 is in first: rank 0 compares
         time.sleep(0.02)

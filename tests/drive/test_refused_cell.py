@@ -9,7 +9,7 @@ import pytest
 
 from nbdist.cell import turn
 from nbdist.errors import PeerFailedError
-from nbdist.world import keys
+from nbdist.world import gather, keys
 from nbdist.world import verdict as verdicts
 from nbdist.world.records import Arrival, CellStart
 from nbdist.world.world import World, step_name
@@ -34,7 +34,7 @@ def test_the_driver_waiting_at_the_refused_cells_step_is_told_why(pair):
     def meet() -> None:
         try:
             start = CellStart("h", "x = 1", {"ok": True}, {})
-            driver.meet(n, Arrival("cell", f"%%collective #{n} (start)", start), WAIT)
+            gather.meet(driver, n, Arrival("cell", f"%%collective #{n} (start)", start), WAIT)
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
             box["error"] = exc
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from nbdist.world import keys
+from nbdist.world import gather, keys
 from nbdist.world.records import Arrival, Registration
 from nbdist.world.store import Server, StoreClient, connect
 from nbdist.world.world import TURN, World, current_round
@@ -179,7 +179,7 @@ def follow_up(world: World, timeout: float, meet: bool) -> tuple[int, str | None
     n = world.turn()
     if not meet:
         return n, None
-    opened = world.meet(n, Arrival("barrier", f"follow-up #{n}"), timeout)
+    opened = gather.meet(world, n, Arrival("barrier", f"follow-up #{n}"), timeout)
     return n, opened if isinstance(opened, str) else opened.encode()  # the store's text, or a Verdict's
 
 

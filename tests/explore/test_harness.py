@@ -10,6 +10,8 @@ import pytest
 
 import nbdist.world.world
 from nbdist.errors import WaitTimeout
+from nbdist.world import gather
+from nbdist.world.gather import Gathering
 from nbdist.world.world import World
 
 from .explorer import Hooks, Lab, Scenario, exhaustive, randomly, replay
@@ -75,7 +77,7 @@ def test_a_schedule_replays_to_the_same_run(lab: Lab):
 def test_a_wait_for_a_key_that_never_comes_runs_out_in_virtual_time_not_real_time(lab: Lab):
     def program(world: World, h: Hooks) -> str:
         if world.rank == 0:
-            return world.barrier("lonely", 30.0, "a barrier nobody else reaches")
+            return gather.barrier(world, Gathering("lonely", "a barrier nobody else reaches", 30.0))
         return "idle"
 
     def must_time_out(run) -> None:

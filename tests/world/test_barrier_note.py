@@ -8,6 +8,8 @@ last rank opened the meeting before the first one's note said it waited there, s
 
 from __future__ import annotations
 
+from nbdist.world import gather
+from nbdist.world.gather import Gathering
 from nbdist.world.store import StoreClient
 
 
@@ -22,7 +24,8 @@ class OpensAfterArrival(StoreClient):
     def add(self, key: str, amount: int) -> int:
         value = super().add(key, amount)
         if amount and key.endswith(f"{self.name}/n") and not self.seen:
-            self.seen.append(self.other.barrier(self.name, 5.0, "the cell's end", then="finished the cell"))
+            end = Gathering(self.name, "the cell's end", 5.0, then="finished the cell")
+            self.seen.append(gather.barrier(self.other, end))
             self.seen.append(self.other.last(1))
         return value
 
@@ -31,7 +34,7 @@ def test_a_rank_that_arrived_just_before_the_meeting_opened_reads_as_past_it(two
     last, early = two_worlds  # rank 0 arrives last; rank 1 arrives first
     early.note("running %%collective #1", cell=1, body="body")
     early.client = OpensAfterArrival(early.client, "end-1", last)
-    opened = early.barrier("end-1", 5.0, "the cell's end", then="finished the cell")
+    opened = gather.barrier(early, Gathering("end-1", "the cell's end", 5.0, then="finished the cell"))
     verdict, note = early.client.seen
     assert opened == verdict and opened.opened
     assert note is not None and note.what == "finished the cell", note  # not "running %%collective #1"

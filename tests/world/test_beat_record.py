@@ -10,9 +10,9 @@ import time
 import pytest
 
 from nbdist.world import heartbeat, keys
+from nbdist.world.liveness import PeerTracker
 from nbdist.world.pulse import STOPPED, Beat, beat_from
 from nbdist.world.records import MalformedRecord, Registration
-from nbdist.world.world import PeerTracker
 
 # What each writer has always written (the pulse's beat_for, Heartbeat's thread and Heartbeat.stop).
 WIRE = [

@@ -11,9 +11,10 @@ import threading
 
 import pytest
 
-from nbdist.world import keys
+from nbdist.world import gather, keys
+from nbdist.world.gather import BarrierRefused
 from nbdist.world.records import Arrival
-from nbdist.world.world import BarrierRefused, step_name
+from nbdist.world.world import step_name
 
 WAIT = 30.0
 
@@ -25,7 +26,7 @@ def test_a_foreign_record_at_a_step_refuses_the_meeting_on_every_rank_naming_its
 
     def meet() -> None:
         try:
-            first.meet(n, Arrival("barrier", f"%dist_barrier #{n}"), WAIT)
+            gather.meet(first, n, Arrival("barrier", f"%dist_barrier #{n}"), WAIT)
         except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
             box["error"] = exc
 
@@ -33,7 +34,7 @@ def test_a_foreign_record_at_a_step_refuses_the_meeting_on_every_rank_naming_its
     waiting.start()
     while first.client.add(first.key(keys.arrivals(keys.arrival(n))), 0) < 1:
         waiting.join(0.01)  # rank 0 is counted in, and waits
-    # Rank 1's record is overwritten as it arrives: World.meet writes its own, then this lands before it is counted.
+    # Rank 1's record is overwritten as it arrives: gather.meet writes its own, then this lands before it is counted.
     real = second.client
 
     class Overwritten:
@@ -47,7 +48,7 @@ def test_a_foreign_record_at_a_step_refuses_the_meeting_on_every_rank_naming_its
 
     second.client = Overwritten()
     with pytest.raises(BarrierRefused) as caught:
-        second.meet(n, Arrival("barrier", f"%dist_barrier #{n}"), WAIT)
+        gather.meet(second, n, Arrival("barrier", f"%dist_barrier #{n}"), WAIT)
     waiting.join(WAIT)
     assert not waiting.is_alive()
     why = "the records of this step are not all nbdist's (rank 1: not nbdist's: its 'label' is 7, not text)"

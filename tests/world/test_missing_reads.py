@@ -4,7 +4,7 @@ TCP, two worlds in one process."""
 
 from __future__ import annotations
 
-from nbdist.world import keys, records
+from nbdist.world import gather, keys, records
 from nbdist.world.store import COUNTS
 
 BARRIER = "t/1/out"
@@ -14,17 +14,17 @@ def test_a_rank_with_no_note_yet_is_read_alone_and_counts_as_missing(two_worlds)
     waiting, _ = two_worlds
     for _ in range(2):
         before = COUNTS.snapshot()["kinds"].get("compare_set", [0])[0]
-        assert waiting._missing(BARRIER, None) == {1: None}
+        assert gather.not_arrived(waiting, BARRIER, None) == {1: None}
         assert COUNTS.snapshot()["kinds"]["compare_set"][0] - before == 1  # one read, until it has a note
 
 
 def test_once_a_rank_has_a_note_every_look_reads_the_notes_in_one_multi_get(two_worlds):
     waiting, other = two_worlds
     other.note("running %%collective #1")
-    assert waiting._missing(BARRIER, None)[1].what == "running %%collective #1"
+    assert gather.not_arrived(waiting, BARRIER, None)[1].what == "running %%collective #1"
     other.note("waiting at %%collective #1 (end)", barrier=BARRIER)
     before = COUNTS.snapshot()
-    assert waiting._missing(BARRIER, None) == {}  # it arrived: read again, as it is now
+    assert gather.not_arrived(waiting, BARRIER, None) == {}  # it arrived: read again, as it is now
     moved = COUNTS.delta(before, COUNTS.snapshot())
     assert moved["ops"] == 1 and moved["kinds"]["multi_get"][0] == 1
 
@@ -33,11 +33,11 @@ def test_the_message_of_a_wait_that_gives_up_names_who_did_not_arrive_and_what_i
     waiting, other = two_worlds
     other.note("running %%collective #1", body="t/1")
     waiting.note("waiting at %%collective #1 (end)", barrier=BARRIER)
-    message = waiting._who_is_missing(BARRIER, 5.0, "%%collective #1 (end)")
+    message = gather.who_is_missing(waiting, BARRIER, 5.0, "%%collective #1 (end)")
     assert message.startswith("%%collective #1 (end): not every rank arrived within 5 s. Missing: rank 1 (h, pid 2)")
     assert "last: running %%collective #1" in message and "rank 0" not in message
     other.note("waiting at %%collective #1 (end)", barrier=BARRIER)
-    assert "Missing: none" in waiting._who_is_missing(BARRIER, 5.0, "%%collective #1 (end)")
+    assert "Missing: none" in gather.who_is_missing(waiting, BARRIER, 5.0, "%%collective #1 (end)")
 
 
 def test_what_a_missing_rank_does_reads_its_guards_record_and_ignores_one_that_is_not_its_guards(two_worlds):

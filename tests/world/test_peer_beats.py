@@ -10,9 +10,9 @@ import pytest
 
 from nbdist.world import pulse
 from nbdist.world.heartbeat import Heartbeat
+from nbdist.world.liveness import PeerTracker
 from nbdist.world.records import Registration
 from nbdist.world.store import COUNTS, connect
-from nbdist.world.world import PeerTracker
 
 RANKS = [Registration(session=f"s{i}", rank=i, host="h", pid=i, keeps_beat=True) for i in range(4)]
 # a kernel of the version before: it removes its beat when it stops

@@ -7,7 +7,9 @@ import json
 import threading
 import time
 
+from nbdist.world import gather
 from nbdist.world import verdict as verdicts
+from nbdist.world.gather import Gathering
 from nbdist.world.records import Note, Registration
 from nbdist.world.store import Server, connect
 from nbdist.world.world import World
@@ -34,15 +36,15 @@ def test_a_barrier_waits_on_while_another_client_reads_its_missing_state_key(por
 
         worlds = [World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate((a, b))]
         box: dict = {}
-        t = threading.Thread(target=lambda: box.update(state=worlds[0].barrier("g0/t/1", 30, "a test barrier")),
-                             daemon=True)
+        meeting = Gathering("g0/t/1", "a test barrier", 30)
+        t = threading.Thread(target=lambda: box.update(state=gather.barrier(worlds[0], meeting)), daemon=True)
         t.start()
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline:
             assert spy.get_if("r/0/g0/t/1/state") is None
             time.sleep(0.05)
         assert t.is_alive() and "state" not in box, box
-        assert worlds[1].barrier("g0/t/1", 30, "a test barrier") == verdicts.GO
+        assert gather.barrier(worlds[1], meeting) == verdicts.GO
         t.join(10)
         assert box.get("state") == verdicts.GO, box
     finally:
@@ -84,14 +86,14 @@ def test_a_rank_recorded_waiting_at_a_barrier_that_has_opened_reads_as_past_it(p
     clients = [connect("127.0.0.1", port) for _ in range(2)]
     try:
         worlds = [World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate(clients)]
-        t = threading.Thread(target=lambda: worlds[0].barrier("g0/t/2", 30, "%%collective #1 (end)",
-                                                                then="finished %%collective #1"), daemon=True)
+        end = Gathering("g0/t/2", "%%collective #1 (end)", 30, then="finished %%collective #1")
+        t = threading.Thread(target=lambda: gather.barrier(worlds[0], end), daemon=True)
         t.start()
         deadline = time.monotonic() + 5
         while (worlds[1].last(0) or NONE).barrier is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert (worlds[1].last(0) or NONE).what == "waiting at %%collective #1 (end)"  # not open yet: still waiting
-        assert worlds[1].barrier("g0/t/2", 30, "%%collective #1 (end)", then="finished %%collective #1") == verdicts.GO
+        assert gather.barrier(worlds[1], end) == verdicts.GO
         t.join(5)
         assert (worlds[1].last(0) or NONE).what == "finished %%collective #1"  # as it will record
         worlds[0].note("running %%collective #2")

@@ -1,0 +1,278 @@
+"""The meeting executor: every rank meets at a barrier, and the last to arrive decides for all.
+
+A barrier (a :class:`Gathering`) is a count of arrivals and a state key in the store (``keys.arrivals`` and
+``keys.state`` under its name). Each rank notes that it waits, counts itself in, and either decides, as the last
+to arrive, or waits until the state is decided; :mod:`nbdist.world.meeting` makes each of these decisions from
+frozen facts, and :mod:`nbdist.world.verdict` is the state's one codec. A rank that stops waiting (a timeout, a
+stop, a lost peer) closes the barrier with its reason, so the ranks still waiting fail with that reason and a late
+one fails at once. A step's meeting (:func:`meet`) is such a barrier, ``t/<n>/in``, whose opening or closing also
+takes the world's turn ``n`` (:meth:`nbdist.world.world.World.take_turn`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import PeerFailedError, StoreConnectionError, WaitTimeout
+from ..ranksets import who_said
+from . import keys, meeting
+from . import verdict as verdicts
+from .meeting import Cause, Leave, Next, Seen
+from .records import Arrival, MalformedRecord, Note
+from .verdict import Verdict
+from .world import World, step_name
+
+WORKING_RECHECK = 1.0  # seconds between looks at whether the ranks a barrier waits for are still at work
+UNBOUNDED = 10.0**7  # seconds: a wait whose deadline its tick keeps
+
+
+class BarrierRefused(Exception):
+    """The last rank to arrive refused to open a barrier; the message says why (see ``verdict``)."""
+
+
+class StoppedAfterOpen(KeyboardInterrupt):
+    """A stop reached a step's meeting only after every rank had arrived: the others go on with ``verdict``.
+
+    The stop belongs to what follows the meeting (its caller decides where it lands: a rebuild that
+    every rank started must finish first). Raised only at a step's meeting (:attr:`Gathering.step`);
+    ``stop`` is what landed, to be raised as it came.
+    """
+
+    def __init__(self, verdict: Verdict, stop: KeyboardInterrupt) -> None:
+        super().__init__()
+        self.verdict, self.stop = verdict, stop  # ``stop``: what landed (the stop button's, or a stop nbdist sent)
+
+
+@dataclass(frozen=True)
+class Gathering:
+    """One barrier, as data: its ``name`` under the round, its ``label`` for people, and how long it waits.
+
+    ``verdict``: what the last rank to arrive decides (go without one); ``members``: the ranks that meet (None:
+    every rank); ``working(rank, last)``: from a missing rank's last note, whether it still works towards this
+    barrier (running the cell's body, say): ``timeout`` does not count for such a rank while its heartbeat lives;
+    ``on_tick``: the caller's check in every slice of the wait; ``then``: what this rank's note reads as once the
+    barrier opened (:meth:`World.last`), "passed LABEL" if not given; ``step``: the barrier is step ``step``'s
+    meeting (:func:`meet`): opening or closing it takes that turn, and a stop that lands once every rank arrived
+    is raised as :class:`StoppedAfterOpen` for the turn to place (elsewhere it is raised as it came).
+    """
+
+    name: str
+    label: str
+    timeout: float
+    verdict: Callable[[], Verdict] | None = None
+    members: list[int] | None = None
+    working: Callable[[int, Note | None], bool] | None = None
+    on_tick: Callable[[], None] | None = None
+    then: str | None = None
+    step: int | None = None
+
+
+def missed(world: World, n: int) -> str | None:
+    """What the steps between this rank's last one and ``n`` were, if it missed any (they were closed)."""
+    if world.last_turn is None or n <= world.last_turn + 1:
+        return None
+    first, last = world.last_turn + 1, n - 1
+    decided = verdicts.decode(world.client.get_if(world.key(keys.state(keys.arrival(last)))))
+    why = decided.encode() if decided is not None else "closed"
+    steps = f"step #{first}" if first == last else f"steps #{first}-#{last}"
+    return (f"{steps} went by without this rank (the last: {why}); it meets the others at step #{n}, which "
+            "every rank reaches next")
+
+
+def meet(world: World, n: int, arrival: Arrival, timeout: float,
+         verdict: Callable[[list[Arrival]], Verdict] | None = None,
+         on_tick: Callable[[], None] | None = None,
+         working: Callable[[int, Note | None], bool] | None = None,
+         on_missed: Callable[[str], None] | None = None,
+         on_arrive: Callable[[], None] | None = None) -> Verdict:
+    """Meet every rank at step ``n``; returns the verdict it opened with (see :func:`barrier`).
+
+    ``arrival`` says what step this rank reached (its kind: "cell", "barrier", "rebuild", and its label):
+    ranks that reach different kinds of step ran different cells, and are refused alike, each named
+    with its label. Where the kinds agree, ``verdict`` decides from every rank's arrival (in rank order),
+    as the last rank to arrive reads them. ``on_missed`` is told, before the wait, of steps the world
+    took without this rank (see :func:`missed`); ``on_arrive``, once its record is in and just before
+    it is counted in (it may raise: then nothing closes the meeting here, and the caller does).
+    """
+    name = step_name(n)
+    went_by = missed(world, n)
+    if went_by is not None and on_missed is not None:
+        on_missed(went_by)
+    world.last_turn = n
+    world.client.set(world.key(keys.record(name, world.rank)), arrival.to_json())
+
+    def decide() -> Verdict:
+        texts = world.client.multi_get([world.key(keys.record(name, i)) for i in range(world.world_size)])
+        arrivals, malformed = [], dict[str, list[int]]()
+        for i, text in enumerate(texts):
+            try:
+                arrivals.append(Arrival.from_json(text))
+            except MalformedRecord as exc:  # anyone who reaches the port can write there
+                malformed.setdefault(f"not nbdist's: {exc}", []).append(i)
+        if malformed:
+            return verdicts.refused(f"the records of this step are not all nbdist's ({who_said(malformed)}); "
+                                    "nothing ran. Run the next cell on every rank")
+        if len({a.kind for a in arrivals}) > 1:
+            steps: dict[str, list[int]] = {}
+            for i, a in enumerate(arrivals):
+                steps.setdefault(a.label, []).append(i)
+            return verdicts.refused(f"the ranks reached different steps ({who_said(steps)}); nothing ran. "
+                                    "Run the same cell in every notebook")
+        return verdict(arrivals) if verdict is not None else verdicts.GO
+
+    if on_arrive is not None:
+        on_arrive()  # this rank is counted in next: what raises here leaves the meeting as it was
+    return barrier(world, Gathering(keys.arrival(n), arrival.label, timeout, verdict=decide, working=working,
+                                    on_tick=on_tick, step=n))
+
+
+def barrier(world: World, g: Gathering) -> Verdict:
+    """Wait until every rank (or every one of ``g.members``) arrives at ``g``, or fail naming who did not.
+
+    The last rank to arrive decides with ``g.verdict`` (see :mod:`nbdist.world.verdict`): a verdict that opens
+    it is every rank's return value (a go may carry what that rank found, for every rank to read with it); a
+    refusal makes every rank raise :class:`BarrierRefused` with its reason. A rank that stops waiting (timeout,
+    interrupt, a lost peer) closes it with its reason, so the ranks still waiting fail with that reason and a
+    late one fails at once.
+    """
+    base = world.key(g.name)
+    expected = world.world_size if g.members is None else len(g.members)
+    try:
+        # The note comes before the arrival, from every rank: once the barrier opens, every rank's note reads as
+        # ``then`` (a status read before its next note), also the note of a rank that arrived just before the
+        # last and had not written it yet when the others went on (a 16-rank status met "running" there).
+        world.note(f"waiting at {g.label}", barrier=g.name, then=g.then or f"passed {g.label}", turn=g.step)
+        if meeting.arrived(world.client.add(keys.arrivals(base), 1), expected) is Next.DECIDE:
+            decided = g.verdict() if g.verdict is not None else verdicts.GO
+            if g.step is not None:
+                world.take_turn(g.step)
+            state = verdicts.decode(world.client.compare_set(keys.state(base), "", decided.encode()))
+        else:
+            state = _wait_open(world, base, g)
+    except KeyboardInterrupt as exc:  # wherever it lands (a store call defers it): nobody may wait for this rank
+        user = type(exc) is KeyboardInterrupt
+        state = _close(world, base, "interrupted its cell" if user else f"stopped: {exc}", g.step)
+        leave = meeting.leaving(Cause.STOP, state)
+        if leave is Leave.STOPPED_AFTER_OPEN:
+            # Every rank arrived before the stop could close it: they go on, so the stop is what follows'.
+            assert state is not None
+            if g.step is not None:
+                raise StoppedAfterOpen(state, exc) from None
+            raise
+        _note_gave_up(world, g.label, "the stop button" if user else str(exc))
+        if user:  # the stop button: its message, not nbdist's frames
+            exc._render_traceback_ = lambda: [f"KeyboardInterrupt: stopped waiting at {g.label}; the other "  # type: ignore[attr-defined]
+                                              "ranks were told"]
+        raise
+    if state is None:
+        raise PeerFailedError(f"{g.label}: the meeting ended undecided; run the next cell on every rank")
+    outcome = meeting.decided(state)
+    if outcome is Next.REFUSED:
+        raise BarrierRefused(state.why)
+    if outcome is Next.CLOSED:
+        raise PeerFailedError(f"{g.label}: {state.encode()}; run the next cell on every rank")
+    return state
+
+
+def _wait_open(world: World, base: str, g: Gathering) -> Verdict | None:
+    """Wait until the meeting is decided; each slice checks the world, the peers and the caller's tick, and
+    :func:`nbdist.world.meeting.waiting` decides what the clock means. Leaving on its own, this rank closes it."""
+    deadline = time.monotonic() + g.timeout
+    waits_for_work = g.working is not None
+
+    def tick() -> None:
+        nonlocal deadline
+        world.check_world()
+        world.check_peers()
+        if g.on_tick is not None:
+            g.on_tick()
+        if world.attend is not None:
+            world.attend()
+        now = time.monotonic()
+        step = meeting.waiting(Seen(None), now, deadline, waits_for_work)
+        if step is Next.READ_MISSING:
+            assert g.working is not None
+            step = meeting.waiting(Seen(None, _missing_work(world, g.name, g.members, g.working)), now, deadline,
+                                   waits_for_work)
+        if step is Next.RECHECK:
+            deadline = now + WORKING_RECHECK  # every missing rank is still at work: look again soon
+        elif step is Next.GIVE_UP:
+            raise WaitTimeout(f"waited {g.timeout:g} s")
+
+    try:
+        while True:
+            world.client.wait([keys.state(base)], UNBOUNDED, on_tick=tick)  # the tick keeps the deadline
+            state = verdicts.decode(world.client.get_if(keys.state(base)))
+            if state is not None:
+                return state
+            # Woken with nothing set: torch's TCPStore also wakes a wait when another client's
+            # compare-and-set merely reads the missing key. Wait again.
+    except WaitTimeout:
+        state = _close(world, base, f"gave up waiting after {g.timeout:g} s", g.step)
+        if meeting.leaving(Cause.DEADLINE, state) is Leave.GO_ON:
+            return state  # it opened as this rank gave up: go on with the others
+        missing = who_is_missing(world, g.name, g.timeout, g.label, g.members)
+        _note_gave_up(world, g.label, f"waited {g.timeout:g} s")
+        raise WaitTimeout(missing) from None
+    except Exception as exc:
+        state = _close(world, base, f"stopped waiting: {exc}", g.step)
+        if meeting.notes_gave_up(meeting.leaving(Cause.ERROR, state)):
+            _note_gave_up(world, g.label, str(exc))
+        raise
+
+
+def _close(world: World, base: str, reason: str, step: int | None = None) -> Verdict | None:
+    """Close an open barrier with a reason (taking its ``step``'s turn, if it meets one); returns its verdict
+    (one that opened, if it opened meanwhile); None if the store is gone."""
+    try:
+        if step is not None:
+            world.take_turn(step)
+        closed = f"{world.describe(world.rank)} {reason}"
+        return verdicts.decode(world.client.compare_set(keys.state(base), "", closed))
+    except StoreConnectionError:  # the store itself is gone: nobody to tell
+        return None
+
+
+def _note_gave_up(world: World, label: str, why: str) -> None:
+    """This rank waits at ``label`` no more: its note must not say it still does."""
+    try:
+        world.note(f"stopped waiting at {label} ({why})")
+    except StoreConnectionError:
+        return
+
+
+def close(world: World, name: str, reason: str) -> Verdict | None:
+    """Close barrier ``name`` with this rank's reason, whether or not this rank reached it."""
+    return _close(world, world.key(name), reason)
+
+
+def close_step(world: World, n: int, reason: str) -> Verdict | None:
+    """Close step ``n``'s meeting with this rank's reason (whether or not it got there); returns its verdict."""
+    world.take_turn(n)
+    return close(world, keys.arrival(n), reason)
+
+
+def not_arrived(world: World, name: str, members: list[int] | None) -> dict[int, Note | None]:
+    """The last recorded activity of each rank that has not arrived at barrier ``name``."""
+    ranks = [i for i in (range(world.world_size) if members is None else members) if i != world.rank]
+    return {i: last for i, last in world.notes(ranks).items() if last is None or last.barrier != name}
+
+
+def _missing_work(world: World, name: str, members: list[int] | None,
+                  working: Callable[[int, Note | None], bool]) -> bool:
+    """Whether every rank still missing is at work (see :class:`Gathering`); the peer checks vouch for its life."""
+    missing = not_arrived(world, name, members)
+    return bool(missing) and all(working(i, last) for i, last in missing.items())
+
+
+def who_is_missing(world: World, name: str, timeout: float, label: str, members: list[int] | None = None) -> str:
+    """The message of a wait at barrier ``name`` that gave up: every rank that had not arrived, doing what."""
+    missing = []
+    for i, last in world.notes(list(range(world.world_size) if members is None else members)).items():
+        if last is not None and last.barrier == name:
+            continue
+        missing.append(f"{world.describe(i)}; {world.doing_as(i, last)}")
+    who = "; ".join(missing) or "none (they arrived as this rank gave up)"
+    return f"{label}: not every rank arrived within {timeout:g} s. Missing: {who}"

@@ -1,0 +1,69 @@
+"""Which other ranks are alive, by their heartbeats (:mod:`nbdist.world.pulse`) as this rank's own clock sees
+them move: every wait's peer check (:meth:`nbdist.world.world.World.check_peers`), and the debuggers' watch of the
+rank they stop."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..config import HEARTBEAT_INTERVAL
+from . import keys
+from .pulse import Beat, beat_from, judge
+from .records import Registration
+from .store import StoreClient
+
+DEAD_AFTER = 5 * HEARTBEAT_INTERVAL  # seconds without a heartbeat before a rank counts as gone
+
+
+class PeerTracker:
+    """Which other ranks are gone, by their heartbeats as this rank's own clock sees them move.
+
+    A kernel's heartbeat is written by its pulse (:mod:`nbdist.world.pulse`), a small
+    process that beats while the kernel's process lives, even when the kernel's
+    Python is busy in one long C call; the beat says how long the kernel's own
+    Python has not run (``busy``), and says ``gone`` when the kernel died.
+    So a rank is dead when its beat says gone, or stops moving (its host or
+    network is unreachable); a beat that moves is alive, however busy.
+    """
+
+    def __init__(self, ranks: list[Registration], me: int) -> None:
+        self.ranks = ranks
+        self._peers = {i: r.session for i, r in enumerate(ranks) if i != me}
+        self._seen: dict[int, tuple[Any, float]] = {}
+        # Peers whose beat is in the store and stays there (a kernel of this version leaves its last beat when it
+        # stops: Heartbeat.stop): read together, in one multi_get, which would wait for a key that is not there.
+        self._kept: set[int] = set()
+
+    def beats(self, client: StoreClient) -> dict[int, Beat | None]:
+        """Each peer's beat (:func:`.pulse.beat_from`): those known to stay in one ``multi_get``, the others one by
+        one until theirs is seen (one that registered without ``keeps_beat``, of the version before, every time)."""
+        kept = [i for i in self._peers if i in self._kept]
+        texts = client.multi_get([keys.heartbeat(self._peers[i]) for i in kept]) if kept else []
+        beats = {i: beat_from(t) for i, t in zip(kept, texts, strict=True)}
+        for i, session in self._peers.items():
+            if i not in beats:
+                text = client.get_if(keys.heartbeat(session))
+                if text is not None and self.ranks[i].keeps_beat:
+                    self._kept.add(i)
+                beats[i] = beat_from(text)
+        return beats
+
+    def dead(self, client: StoreClient) -> list[tuple[int, str]]:
+        """(rank, why) of the ranks that are gone or unreachable."""
+        now = time.monotonic()
+        gone = []
+        for i, beat in self.beats(client).items():
+            n = None if beat is None else beat.n
+            last_n, since = self._seen.get(i, (n, now))
+            if n != last_n or i not in self._seen:
+                since = now
+            self._seen[i] = (n, since)
+            state, seconds = judge(beat, now - since, DEAD_AFTER)
+            if state == "gone":
+                what = "its nbdist follow process" if self.ranks[i].process == "nbdist follow" else "its kernel"
+                gone.append((i, f"is gone: {what} exited or was killed"))
+            elif state == "dead":
+                gone.append((i, f"stopped responding: no heartbeat for {seconds:.0f} s (its kernel, host or "
+                                "network went away)"))
+        return gone
