@@ -21,14 +21,14 @@ import html
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import ranksets
 from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, TABLE_STYLE, footer_html
 from .numbers import summarise
 
-# The table, its rows and pieces are :mod:`nbdist.view.celltable`'s (which imports this module: duck-typed here).
-CellTable = Row = Any
+if TYPE_CHECKING:  # the table, its rows and pieces are celltable's, which imports this module
+    from .celltable import CellTable, Row
 
 EXPANDED = 4  # groups shown as columns; the rest are behind "… N more groups"
 DIFF_LINES = 40  # lines of a group's diff shown per row
@@ -59,11 +59,12 @@ def groups(table: CellTable) -> list[Group]:
     """The table's columns grouped, largest group first, then by lowest rank."""
     if "groups" not in table.drawn:
         table.drawn["groups"] = _groups(table)
-    return table.drawn["groups"]
+    found: list[Group] = table.drawn["groups"]
+    return found
 
 
 def _groups(table: CellTable) -> list[Group]:
-    alike: dict[tuple, list[int]] = {}
+    alike: dict[tuple[tuple[str, ...], ...], list[int]] = {}
     for column in range(len(table.ranks)):
         key = tuple(tuple(p.group for p in row.per_rank[column]) for row in table.rows if row.same is None)
         alike.setdefault(key, []).append(column)
@@ -101,7 +102,8 @@ def draw(table: CellTable, row: Row, group: Group) -> Drawn:
     key = (id(row), group.ranks[0])
     if key not in table.drawn:
         table.drawn[key] = _draw(row, group)
-    return table.drawn[key]
+    drawn: Drawn = table.drawn[key]
+    return drawn
 
 
 def _draw(row: Row, group: Group) -> Drawn:
@@ -131,7 +133,8 @@ def against(table: CellTable, row: Row, reference: Group, group: Group) -> Drawn
     key = (id(row), group.ranks[0], "diff")
     if key not in table.drawn:
         table.drawn[key] = diff(draw(table, row, reference), draw(table, row, group))
-    return table.drawn[key]
+    drawn: Drawn = table.drawn[key]
+    return drawn
 
 
 def diff(reference: Drawn, own: Drawn) -> Drawn:
@@ -165,7 +168,7 @@ def _heading(table: CellTable, group: Group) -> tuple[str, str]:
     if len(set(table.hosts)) > 1:
         where = f" · host {hosts[0]}" if len(hosts) == 1 else f" · {len(hosts)} hosts"
         short, whole = short + where, whole + where
-    walls = sorted(table.walls[c] for c in group.members if table.walls[c] is not None)
+    walls = sorted(w for c in group.members if (w := table.walls[c]) is not None)
     if walls:
         low, high = _seconds(walls[0]), _seconds(walls[-1])
         same_unit = low.split()[1] == high.split()[1]
@@ -286,7 +289,7 @@ def to_text(table: CellTable) -> str:
     for shared, run in runs(table.rows):
         if shared:
             lines.append(f"── {table.all_ranks()} (identical) ──")
-            lines += [labelled(row.label, row.same.text) for row in run]
+            lines += [labelled(row.label, row.same.text) for row in run if row.same is not None]
             continue
         states = [row for row in run if row.label == "state"]
         run = [row for row in run if row.label != "state"]
