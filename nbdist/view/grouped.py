@@ -20,15 +20,60 @@ import difflib
 import html
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar
 
 from .. import ranksets
 from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, TABLE_STYLE, footer_html
 from .numbers import summarise
 
-if TYPE_CHECKING:  # the table, its rows and pieces are celltable's, which imports this module
-    from .celltable import CellTable, Row
+
+# The table, its rows and pieces are :mod:`nbdist.view.celltable`'s (which imports this module): what is read
+# of them here.
+class _Piece(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def html(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def group(self) -> str: ...
+
+
+class _Row(Protocol):
+    @property
+    def label(self) -> str: ...
+    @property
+    def same(self) -> _Piece | None: ...
+    @property
+    def per_rank(self) -> Sequence[Sequence[_Piece]]: ...
+
+
+class _Table(Protocol):
+    @property
+    def title(self) -> str: ...
+    @property
+    def rows(self) -> Sequence[_Row]: ...
+    @property
+    def footer(self) -> str: ...
+    @property
+    def ranks(self) -> Sequence[int]: ...
+    @property
+    def hosts(self) -> Sequence[str]: ...
+    @property
+    def walls(self) -> Sequence[float | None]: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def drawn(self) -> dict[Any, Any]: ...  # this module's work, kept for the table's second form
+    def all_ranks(self) -> str: ...
+
+
+_SomeRow = TypeVar("_SomeRow", bound=_Row)
 
 EXPANDED = 4  # groups shown as columns; the rest are behind "… N more groups"
 DIFF_LINES = 40  # lines of a group's diff shown per row
@@ -50,12 +95,12 @@ class Group:
         return ranksets.header(self.ranks, world_size)
 
 
-def _outcome(table: CellTable, column: int) -> str:
+def _outcome(table: _Table, column: int) -> str:
     kinds = {p.kind for row in table.rows if row.same is None for p in row.per_rank[column]}
     return "stopped" if "stopped" in kinds else "error" if "error" in kinds else ""
 
 
-def groups(table: CellTable) -> list[Group]:
+def groups(table: _Table) -> list[Group]:
     """The table's columns grouped, largest group first, then by lowest rank."""
     if "groups" not in table.drawn:
         table.drawn["groups"] = _groups(table)
@@ -63,7 +108,7 @@ def groups(table: CellTable) -> list[Group]:
     return found
 
 
-def _groups(table: CellTable) -> list[Group]:
+def _groups(table: _Table) -> list[Group]:
     alike: dict[tuple[tuple[str, ...], ...], list[int]] = {}
     for column in range(len(table.ranks)):
         key = tuple(tuple(p.group for p in row.per_rank[column]) for row in table.rows if row.same is None)
@@ -97,7 +142,7 @@ def _pre(text: str, style: str = "") -> str:
     return f'<pre style="{PRE_STYLE}{";" + style if style else ""}">{html.escape(text)}</pre>'
 
 
-def draw(table: CellTable, row: Row, group: Group) -> Drawn:
+def draw(table: _Table, row: _Row, group: Group) -> Drawn:
     """The group's pieces in ``row``: the first member's, or a template with number summaries where they differ."""
     key = (id(row), group.ranks[0])
     if key not in table.drawn:
@@ -106,7 +151,7 @@ def draw(table: CellTable, row: Row, group: Group) -> Drawn:
     return drawn
 
 
-def _draw(row: Row, group: Group) -> Drawn:
+def _draw(row: _Row, group: Group) -> Drawn:
     columns = [row.per_rank[c] for c in group.members]
     first = columns[0]
     if all([p.key for p in col] == [p.key for p in first] for col in columns[1:]):
@@ -128,7 +173,7 @@ def _draw(row: Row, group: Group) -> Drawn:
     return Drawn("\n".join(texts), "".join(parts), numbers, "\n".join(shapes))
 
 
-def against(table: CellTable, row: Row, reference: Group, group: Group) -> Drawn:
+def against(table: _Table, row: _Row, reference: Group, group: Group) -> Drawn:
     """``group``'s pieces in ``row`` as a diff against ``reference``'s (kept: both forms of the table show it)."""
     key = (id(row), group.ranks[0], "diff")
     if key not in table.drawn:
@@ -157,12 +202,12 @@ def diff(reference: Drawn, own: Drawn) -> Drawn:
     return Drawn("\n".join(lines), f"<small>diff against the reference group</small>{body}")
 
 
-def _diffable(row: Row) -> bool:
+def _diffable(row: _Row) -> bool:
     """Whether a group's pieces in ``row`` read best as a diff against the reference's (an error reads in full)."""
     return not any(p.kind in ("error", "stopped") for pieces in row.per_rank for p in pieces)
 
 
-def _heading(table: CellTable, group: Group) -> tuple[str, str]:
+def _heading(table: _Table, group: Group) -> tuple[str, str]:
     short, whole = group.names(table.world_size)
     hosts = sorted({table.hosts[c] for c in group.members})
     if len(set(table.hosts)) > 1:
@@ -181,7 +226,7 @@ def _seconds(s: float) -> str:
     return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
-def _states(table: CellTable, row: Row) -> str:
+def _states(table: _Table, row: _Row) -> str:
     """The state row as one line: ``running 34 s: ranks 0-6 · waiting for the others: rank 7``.
 
     When some ranks wait in one collective, the running ranks that do not are
@@ -205,7 +250,7 @@ def _states(table: CellTable, row: Row) -> str:
 _WAITS_IN = re.compile(r"waits in (\S+ #\d+)")
 
 
-def to_html(table: CellTable) -> str:
+def to_html(table: _Table) -> str:
     found = groups(table)
     shown, hidden = found[:EXPANDED], found[EXPANDED:]
     by_diff = len(found) > EXPANDED
@@ -243,7 +288,7 @@ def to_html(table: CellTable) -> str:
             f"<div><small>{html.escape(_hint(table))}</small></div>{foot}</div>")
 
 
-def _more_html(table: CellTable, hidden: list[Group], found: list[Group]) -> str:
+def _more_html(table: _Table, hidden: list[Group], found: list[Group]) -> str:
     ranks = ranksets.fold(r for g in hidden for r in g.ranks)
     parts = []
     for group in hidden:
@@ -261,7 +306,7 @@ def _more_html(table: CellTable, hidden: list[Group], found: list[Group]) -> str
             f"{''.join(parts)}</details>")
 
 
-def _per_rank_html(table: CellTable) -> str:
+def _per_rank_html(table: _Table) -> str:
     """A "show rank k" per rank (up to :data:`PER_RANK_DETAILS` ranks): that rank's whole column."""
     if len(table.ranks) > PER_RANK_DETAILS:
         return ""
@@ -274,14 +319,14 @@ def _per_rank_html(table: CellTable) -> str:
     return f"<div>{''.join(parts)}</div>"
 
 
-def _hint(table: CellTable) -> str:
+def _hint(table: _Table) -> str:
     example = table.ranks[-1]
     return (f"{len(table.ranks)} ranks shown in groups of equal output. One rank's own column: "
             f"nbdist.rank_output({example}) (this notebook's last cell), or %%collective --show {example}; "
             "one column per rank: %%collective --view ranks")
 
 
-def to_text(table: CellTable) -> str:
+def to_text(table: _Table) -> str:
     """The text form, in the table's order; every group's whole rank set, every group beyond the first shown."""
     found = groups(table)
     by_diff = len(found) > EXPANDED
@@ -308,7 +353,7 @@ def to_text(table: CellTable) -> str:
     return "\n".join(lines)
 
 
-def runs(rows: list[Row]) -> list[tuple[bool, list[Row]]]:
+def runs(rows: Sequence[_SomeRow]) -> list[tuple[bool, list[_SomeRow]]]:
     """The rows in runs of shared rows (True) and differing ones (False), in order, as the text forms list them."""
     return [(shared, list(run)) for shared, run in itertools.groupby(rows, key=lambda row: row.same is not None)]
 
@@ -320,7 +365,7 @@ def labelled(label: str, text: str) -> str:
     return "\n".join([f"{label}:", *("  " + line for line in text.split("\n"))])
 
 
-def choose(view: str | None, table: CellTable, width: int = 360) -> bool:
+def choose(view: str | None, table: _Table, width: int = 360) -> bool:
     """Whether to draw ``table`` by groups: asked for, or (auto) more than 4 ranks, or columns wider than ``width``."""
     if view in ("ranks", "groups"):
         return view == "groups" and len(table.ranks) > 1
