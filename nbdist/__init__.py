@@ -7,25 +7,30 @@ backend is detected first, so that a broken accelerator plugin cannot break
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from .view.pictures import Picture
 
 __all__ = ["__version__", "breakpoint", "get_device", "last_trace", "load_ipython_extension", "picture",
            "rank_output", "show", "unload_ipython_extension"]
 
 
-def load_ipython_extension(ipython) -> None:
+def load_ipython_extension(ipython: Any) -> None:
     from .extension import load
 
     load(ipython)
 
 
-def unload_ipython_extension(ipython) -> None:
+def unload_ipython_extension(ipython: Any) -> None:
     from .extension import unload
 
     unload(ipython)
 
 
-def breakpoint(ranks=None) -> None:  # noqa: A001 (the name users look for)
+def breakpoint(ranks: str | int | list[int] | None = None) -> None:  # noqa: A001 (the name users look for)
     """Stop in the debugger on ``ranks`` only (``"1,3"``, ``"0-2"``, ``2``, a list; None: every rank).
 
     In a ``%%collective`` body: as ``breakpoint()`` there, in that rank's notebook, or relayed to the driving
@@ -39,35 +44,35 @@ def breakpoint(ranks=None) -> None:  # noqa: A001 (the name users look for)
     stop(ranks, sys._getframe(1))
 
 
-def get_device():
+def get_device() -> Any:
     """The ``torch.device`` this kernel's rank uses (after ``%%dist_init``)."""
     from .extension import current_device
 
     return current_device()
 
 
-def picture(tensor, label=None, owner=None, *, world_size=None):
+def picture(tensor: Any, label: str | None = None, owner: Any = None, *, world_size: int | None = None) -> Picture:
     """A picture of ``tensor``, each value coloured by its owning rank (see :mod:`nbdist.view.pictures`)."""
     from .view.pictures import picture as draw
 
     return draw(tensor, label, owner, world_size=world_size)
 
 
-def show(tensor, label=None, owner=None, *, world_size=None) -> None:
+def show(tensor: Any, label: str | None = None, owner: Any = None, *, world_size: int | None = None) -> None:
     """Display :func:`picture` of ``tensor`` (returns None, so it draws once as a cell's last line)."""
     from .view.pictures import show
 
     show(tensor, label, owner, world_size=world_size)
 
 
-def rank_output(rank):
+def rank_output(rank: int) -> Any:
     """Rank ``rank``'s whole column of the last ``%%collective`` table this notebook showed (a table to display)."""
     from .extension import rank_output as column
 
     return column(rank)
 
 
-def last_trace() -> list[dict]:
+def last_trace() -> list[dict[str, Any]]:
     """The calls of this notebook's last ``%%collective --trace`` cell, every rank's, in order of entry.
 
     Each is a dict: ``rank``, ``group`` (torch's group name, "0" for the world), ``seq`` (its number in

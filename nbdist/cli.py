@@ -75,6 +75,7 @@ def _follow(args: argparse.Namespace) -> int:
         from .magics import registered
 
         shell = InteractiveShell.instance()  # a plain shell runs the driver's cells, as a kernel would
+        assert shell.extension_manager is not None  # an InteractiveShell makes its own
         shell.extension_manager.load_extension("nbdist")
         magics = registered()
         assert magics is not None
@@ -368,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         argv, script_flags = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
     args.script_flags = script_flags
-    return args.func(args)
+    code: int = args.func(args)  # each subcommand's function returns the exit status
+    return code
 
 
 if __name__ == "__main__":

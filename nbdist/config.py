@@ -270,7 +270,7 @@ def positive_seconds(name: str, value: object) -> float:
 def is_local_address(host: str) -> bool:
     """Whether ``host`` names this machine (so a server for it can be bound here)."""
     try:
-        addrs = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        addrs = {str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
     except socket.gaierror:
         return False
     for addr in addrs:

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any, TextIO
 
 from .drive import kernels
 
@@ -121,9 +122,9 @@ def expectations(world_size: int) -> dict[str, object]:
     }
 
 
-def _check(step: str, key: str, rank: int, value: object, expected: dict[str, object], ddp: list) -> Check:
+def _check(step: str, key: str, rank: int, value: Any, expected: dict[str, object], ddp: list[float]) -> Check:
     if key == "ddp":
-        epochs, checksum, identical = value  # type: ignore[misc]
+        epochs, checksum, identical = value  # a rank's (epochs, checksum, identical), read from its kernel
         ddp.append(checksum)
         torch_says = expected.get("ddp")
         same = checksum == torch_says
@@ -168,7 +169,7 @@ def plain_torch_checksum(world_size: int) -> float:
 
     code = next(code for _, code, key in STEPS if key == "ddp")
     values = plain_torch.run(code, world_size, ("_nbdist_demo",))
-    checksums = {v["_nbdist_demo"][1] for v in values}
+    checksums: set[float] = {v["_nbdist_demo"][1] for v in values}
     if len(checksums) != 1 or not all(v["_nbdist_demo"][2] for v in values):
         raise RuntimeError(f"plain torch's own DDP replicas differ here: {values}")
     return checksums.pop()
@@ -181,7 +182,7 @@ dist.all_gather_object(_nbdist_all, _nbdist_values)
 """
 
 
-def run(world_size: int = 2, port: int | None = None, out=sys.stdout, timeout: float = 300) -> int:
+def run(world_size: int = 2, port: int | None = None, out: TextIO = sys.stdout, timeout: float = 300) -> int:
     """Run the walkthrough from one kernel with ``world_size`` ranks; returns 0 only if every expectation holds."""
     where = f"--master-port {port}" if port else "port 29500, or a free one"
     print(f"nbdist demo: one notebook kernel runs %dist_init --spawn {world_size} ({where}): it starts "
@@ -212,7 +213,7 @@ def run(world_size: int = 2, port: int | None = None, out=sys.stdout, timeout: f
     return 0 if ok else 1
 
 
-def walk(k: kernels.Kernel, world_size: int, out=sys.stdout, timeout: float = 300,
+def walk(k: kernels.Kernel, world_size: int, out: TextIO = sys.stdout, timeout: float = 300,
          reference: _Reference | None = None) -> list[Check]:
     """Run the walkthrough's cells in ``k``, a joined kernel that drives (or runs in lockstep with) the others;
     returns every rank's checks, DDP's weights against plain torch's where ``reference`` computes them."""

@@ -72,7 +72,7 @@ class CollectiveError(NbdistError, RuntimeError):
             lines = [self.traceback_text.rstrip("\n"), *lines]
         return lines
 
-    def __reduce__(self):  # keep it picklable with both arguments
+    def __reduce__(self) -> tuple[type[CollectiveError], tuple[str, str]]:  # keep it picklable with both arguments
         return (type(self), (str(self), self.traceback_text))
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic import Magics, magics_class
+from IPython.core.magic_arguments import parse_argstring
 from IPython.display import display
 
 from . import config
@@ -19,6 +20,20 @@ from .errors import ConfigError, NbdistError
 from .session import Session
 from .view import notes
 from .view.display import Cell, JoinStatus, Message, SideBySide, Source, summary_table
+
+if TYPE_CHECKING:
+    # IPython's decorators as used here, typed: magic_arguments' are untyped, and line_magic's (and the others')
+    # say "a function, or a decorator" for a bare use that returns the function. The magics stay typed under them.
+    _Magic = TypeVar("_Magic", bound=Callable[..., Any])
+
+    def magic_arguments() -> Callable[[_Magic], _Magic]: ...
+    def argument(*args: Any, **kwargs: Any) -> Callable[[_Magic], _Magic]: ...
+    def line_magic(func: _Magic) -> _Magic: ...
+    def cell_magic(func: _Magic) -> _Magic: ...
+    def line_cell_magic(func: _Magic) -> _Magic: ...
+else:
+    from IPython.core.magic import cell_magic, line_cell_magic, line_magic
+    from IPython.core.magic_arguments import argument, magic_arguments
 
 _NAME = "DistMagics"
 VIEWS = ("ranks", "groups")  # how a cell's table is drawn (%%collective --view, %dist_config view=)
@@ -82,6 +97,7 @@ class DistMagics(Magics):
         (nor in a copy that ``nbdist run`` runs as one rank of several).
         """
         args = parse_argstring(self.dist_init, line)
+        assert self.shell is not None  # a magic runs in its shell
         if cell and cell.strip():
             self.shell.run_cell(cell, store_history=False).raise_error()
         if args.spawn is None:
@@ -206,7 +222,9 @@ class DistMagics(Magics):
                 self._show(partial)
             raise
         self._show(outcome)
-        error = cells.error_for(self.session.world, outcome)
+        world = self.session.world
+        assert world is not None  # collective() required it
+        error = cells.error_for(world, outcome)
         if error is not None:
             raise error
 
@@ -304,7 +322,9 @@ class DistMagics(Magics):
     def dist_status(self, line: str) -> None:
         """Show every rank of this world: joined, alive, last activity, backend, device, host."""
         rows = self.session.status()
-        table = SideBySide(f"nbdist status · round {self.session.world.round}",
+        world = self.session.world
+        assert world is not None  # status() required it
+        table = SideBySide(f"nbdist status · round {world.round}",
                            [f"rank {r['rank']}" for r in rows], compare=False)
         table.add("state", [Cell("left" if r["left"] else "joined") for r in rows])
         table.add("alive", [Cell(notes.alive(r)) for r in rows])
@@ -341,7 +361,9 @@ class DistMagics(Magics):
         """Wait until every rank reaches a %dist_barrier."""
         args = parse_argstring(self.dist_barrier, line)
         waited = self.session.barrier(_seconds("--timeout", args.timeout))
-        print(f"nbdist: all {self.session.world.world_size} ranks met (waited {waited * 1000:.1f} ms)")
+        world = self.session.world
+        assert world is not None  # barrier() required it
+        print(f"nbdist: all {world.world_size} ranks met (waited {waited * 1000:.1f} ms)")
 
     @magic_arguments()
     @argument("--ops", default=None, help="comma list of all_reduce, all_gather, reduce_scatter, broadcast, "
@@ -469,7 +491,7 @@ class DistMagics(Magics):
         show = follow.Shows(
             source=None if quiet else lambda m: display(Source(f"nbdist: {world.describe(m.driver)} runs "
                                                                f"%%collective #{m.number}:", m.source)),
-            outcome=lambda o: quiet or self._show(o),
+            outcome=(lambda o: None) if quiet else self._show,
             error=lambda e: print(f"{type(e).__name__}: {e}", file=sys.stderr),
             barrier=lambda waited: print(f"nbdist: all ranks met at the driver's %dist_barrier "
                                          f"(waited {waited * 1000:.1f} ms)"),

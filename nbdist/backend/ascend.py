@@ -223,18 +223,18 @@ def _gather(items: frozenset[tuple[str, str]], count: bool) -> Facts:
         version = None
     library = location / "lib" / "libtorch_npu.so"
     error_var, error_why = error_variables(version, library if library.exists() else None)
-    base = {"torch_npu": version, "error_var": error_var, "error_var_why": error_why,
-            "cann": cann_version(environ), "autoload_forced": forced}
+    base = Facts(torch_npu=version, error_var=error_var, error_var_why=error_why, cann=cann_version(environ),
+                 autoload_forced=forced)
     missing = missing_libraries()
     if missing:
-        return Facts(**base, problem=f"torch_npu is installed but the CANN library {missing[0]} was not found")
+        return replace(base, problem=f"torch_npu is installed but the CANN library {missing[0]} was not found")
     problem = package_problem(environ)
     if problem is not None:
-        return Facts(**base, problem=f"torch_npu's own CANN check would fail at import: {problem}")
+        return replace(base, problem=f"torch_npu's own CANN check would fail at import: {problem}")
     if not count:
-        return Facts(**base)
+        return base
     devices, chip, how = count_devices(environ)
-    facts = Facts(**base, devices=devices, chip=chip, family=family_of(chip))
+    facts = replace(base, devices=devices, chip=chip, family=family_of(chip))
     if devices is None:
         return replace(facts, problem=f"could not count NPUs ({how})")
     if devices == 0:

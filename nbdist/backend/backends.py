@@ -14,9 +14,13 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
 from . import ascend
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def choose(backend: str, device: str | None, local_rank: int) -> Choice:
     return Choice(backend, device, reason, facts, warnings)
 
 
-def activate(choice: Choice):
+def activate(choice: Choice) -> torch.device:
     """Make the chosen device current; returns it as a ``torch.device``."""
     import torch
 
@@ -87,7 +91,7 @@ def activate(choice: Choice):
     if dev.type == "npu":
         import torch_npu  # noqa: F401  (registers the npu device type)
 
-        torch.npu.set_device(dev)
+        torch.npu.set_device(dev)  # type: ignore[attr-defined]  # torch_npu's, registered at import
     elif dev.type == "cuda":
         torch.cuda.set_device(dev)
     return dev

@@ -48,12 +48,12 @@ _EXAMPLES = ('"[c10d] The hostname of the client socket cannot be retrieved" and
              "traces printed when a rank dies")
 
 
-def torch_loaded(modules: Mapping = sys.modules) -> bool:
+def torch_loaded(modules: Mapping[str, object] = sys.modules) -> bool:
     """Whether torch's C++ side may have started: ``torch`` or any submodule imported (also a failed import)."""
     return any(name == "torch" or name.startswith("torch.") for name in modules)
 
 
-def plan(environ: Mapping[str, str], modules: Mapping = sys.modules) -> tuple[dict[str, str], str | None]:
+def plan(environ: Mapping[str, str], modules: Mapping[str, object] = sys.modules) -> tuple[dict[str, str], str | None]:
     """What to set (a subset of :data:`QUIET`) and the note for the init summary, if any; changes nothing.
 
     A variable present in ``environ`` is the user's, whatever its value (even empty): never overridden.
@@ -70,7 +70,8 @@ def plan(environ: Mapping[str, str], modules: Mapping = sys.modules) -> tuple[di
     return {}, note
 
 
-def quiet_before_torch(environ: MutableMapping[str, str] = os.environ, modules: Mapping = sys.modules) -> str | None:
+def quiet_before_torch(environ: MutableMapping[str, str] = os.environ,
+                       modules: Mapping[str, object] = sys.modules) -> str | None:
     """Set :data:`QUIET` in ``environ`` if torch is not loaded yet and the user has not set it.
 
     Returns None when set (or when the user's own value stands); when torch is already

@@ -65,7 +65,8 @@ def _ask(host: str, port: int, token: str | None) -> dict[str, Any]:
         client.close()
         return client.marker
 
-    return run_in_thread(ask, SERVER_TIMEOUT + 5.0, "asking the server")  # handshake, then marker (2 s grace)
+    marker: dict[str, Any] = run_in_thread(ask, SERVER_TIMEOUT + 5.0, "asking the server")  # handshake, then marker
+    return marker  # (2 s grace)
 
 
 def _nbdist_server_check(name: str, host: str, port: int, token: str | None, token_source: str) -> Check:

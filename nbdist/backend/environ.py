@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 
 
@@ -21,7 +22,7 @@ class Environ:
             os.environ[key] = value
             self.applied[key] = value
 
-    def restore(self, keep: set[str] | None = None) -> None:
+    def restore(self, keep: builtins.set[str] | None = None) -> None:  # set: the method above
         """Put back what nbdist changed in os.environ, where the value is still nbdist's (but ``keep``)."""
         keep = keep or set()
         for key, old in list(self.replaced.items()):

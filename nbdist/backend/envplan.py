@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..config import TIMEOUTS, debug_mode
 from ..errors import ConfigError
@@ -298,7 +299,7 @@ def agreed_values(backend: str, variables: Sequence[EnvVar], npu: ascend.Facts |
     return values
 
 
-def disagreements(ranks: Sequence[Mapping[str, object]]) -> list[str]:
+def disagreements(ranks: Sequence[Mapping[str, Any]]) -> list[str]:
     """Human-readable mismatches of ``agreed`` values between ranks' registrations."""
     keys = sorted({k for r in ranks for k in (r.get("agreed") or {})})
     problems = []

@@ -102,7 +102,7 @@ def _define_store_class() -> Any:
     import torch.distributed as dist
 
     class RecordingStore(dist.Store):
-        def __init__(self, inner: Any, timeout: float, seen: set[Endpoint]) -> None:
+        def __init__(self, inner: dist.Store, timeout: float, seen: set[Endpoint]) -> None:
             super().__init__()
             self._inner, self._seen = inner, seen
             self._timeout = timedelta(seconds=timeout)
@@ -122,7 +122,9 @@ def _define_store_class() -> Any:
 
         def get(self, key: str) -> bytes:
             self._inner.wait([key], self._timeout)
-            return self._note(self._inner.get(key))
+            value = self._inner.get(key)
+            self._note(value)
+            return value
 
         def add(self, key: str, amount: int) -> int:
             return self._inner.add(key, amount)
@@ -143,14 +145,14 @@ def _define_store_class() -> Any:
             return self._inner.delete_key(key)
 
         def append(self, key: str, value: Any) -> None:
-            self._inner.append(key, value)
+            self._inner.append(key, value)  # type: ignore[attr-defined]  # torch's stub lacks it
 
         def multi_get(self, keys: list[str]) -> list[bytes]:
             self._inner.wait(keys, self._timeout)
             return [self._note(v) for v in self._inner.multi_get(keys)]
 
         def multi_set(self, keys: list[str], values: list[Any]) -> None:
-            self._inner.multi_set(keys, values)
+            self._inner.multi_set(keys, values)  # type: ignore[attr-defined]  # torch's stub lacks it
 
     return RecordingStore
 

@@ -107,6 +107,7 @@ def route_around_tunnel(b: Backend, cfg: WorldConfig) -> None:
             log.warning("nbdist: %s", note)  # shown at once: the process group may never form
         return
     b.env_plan = [chosen if v.key == chosen.key else v for v in b.env_plan]
+    assert chosen.value is not None  # a route's address or interface
     b.environ.set({chosen.key: chosen.value})
     mine = replace(world.ranks[world.rank], addr=addr, env=env_lines(b.env_plan))
     world.ranks[world.rank] = mine

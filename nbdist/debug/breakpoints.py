@@ -124,12 +124,12 @@ def _debugger(here: Here, **kwargs: Any) -> Any:
     """IPython's debugger (the stop button quits it), telling ``here`` when it waits at a prompt."""
     from IPython.core.debugger import InterruptiblePdb
 
-    class CellPdb(InterruptiblePdb):  # type: ignore[misc]
+    class CellPdb(InterruptiblePdb):
         first: FrameType | None = None  # where set_trace stops first
 
         def set_trace(self, frame: FrameType | None = None, **kwargs: Any) -> None:
             self.first = frame = frame or sys._getframe(1)  # noqa: SLF001 (the caller's, as pdb.set_trace takes it)
-            super().set_trace(frame, **kwargs)
+            super().set_trace(frame, **kwargs)  # type: ignore[no-untyped-call]  # IPython's, untyped
 
         def set_step(self) -> None:
             """set_trace's first stop is the next line of the frame it was given (the body, where breakpoint()
@@ -139,12 +139,12 @@ def _debugger(here: Here, **kwargs: Any) -> Any:
             if first is None:
                 super().set_step()
             else:
-                self._set_stopinfo(first, None)
+                self._set_stopinfo(first, None)  # type: ignore[attr-defined]  # bdb's, not in typeshed
 
         def interaction(self, frame: FrameType | None, tb_or_exc: Any) -> None:
             here.entered(frame)
             try:
-                super().interaction(frame, tb_or_exc)
+                super().interaction(frame, tb_or_exc)  # type: ignore[no-untyped-call]  # IPython's, untyped
             except Exception as exc:  # noqa: BLE001 (no input here: the body goes on, saying why)
                 if type(exc).__name__ != "StdinNotImplementedError":
                     raise
@@ -288,7 +288,7 @@ class Breakpoints:
         driven = driver is not None and driver != world.rank
         here = Here(world, cell, label, driven, lambda: self.key_for(world), self._out(), driver)
         saved = sys.breakpointhook, pdb.set_trace
-        sys.breakpointhook, pdb.set_trace = self._hook, self._set_trace  # type: ignore[assignment]
+        sys.breakpointhook, pdb.set_trace = self._hook, self._set_trace
         restore = _hold_timeouts(self.pg_timeout()) if calls_breakpoint(source) else None
         self.here = here
         try:

@@ -59,7 +59,8 @@ def _live_groups() -> dict[str, dict[str, Any]]:
         seq = None
         for device in ("cpu", "cuda", "npu"):
             try:
-                seq = int(pg._get_backend(torch.device(device))._get_sequence_number_for_group())  # noqa: SLF001
+                backend = pg._get_backend(torch.device(device))  # noqa: SLF001
+                seq = int(backend._get_sequence_number_for_group())  # type: ignore[attr-defined]  # not in the stub
                 break
             except (RuntimeError, AttributeError, ValueError):
                 continue

@@ -19,6 +19,7 @@ import sysconfig
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 from .. import ranksets
@@ -136,13 +137,13 @@ def capture(threads: bool = False, skip: Iterable[int] = ()) -> list[dict[str, A
     main = threading.main_thread().ident
     names = {t.ident: t.name for t in threading.enumerate()}
     leave_out = set(skip)
-    found = []
+    found: list[dict[str, Any]] = []
     for ident, top in sys._current_frames().items():  # noqa: SLF001 (a sample, as py-spy takes)
         name = names.get(ident, f"thread {ident}")
         if ident in leave_out or (ident != main and (not threads or name.startswith("nbdist-"))):
             continue
         frames, internal = [], []
-        frame = top
+        frame: FrameType | None = top
         while frame is not None:
             code = frame.f_code
             frames.append(frame_of(code.co_filename, frame.f_lineno or 0, code.co_name))

@@ -20,8 +20,8 @@ from typing import Any
 
 from .. import config
 from ..backend import envplan
-from ..config import DEFAULT_PORT, ConfigError
-from ..errors import NbdistError
+from ..config import DEFAULT_PORT
+from ..errors import ConfigError, NbdistError
 from . import follow, launchers
 
 # What a launcher sets for its own processes that must not decide this rank's world.

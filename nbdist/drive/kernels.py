@@ -76,7 +76,8 @@ class Result:
         value = self.user_expressions[name]
         if value.get("status") != "ok":
             raise RuntimeError(f"user expression {name!r} failed: {value.get('evalue')}")
-        return value["data"]["text/plain"]
+        text: str = value["data"]["text/plain"]
+        return text
 
 
 def execute(client: Any, code: str, timeout: float = 120, user_expressions: dict[str, str] | None = None,

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import nbformat
 from nbclient import NotebookClient
@@ -36,6 +36,9 @@ from traitlets.config import Config
 from ..config import DEFAULT_PORT, RUN_VARIABLE
 from ..errors import ConfigError
 from ..world import netinfo
+
+if TYPE_CHECKING:
+    from jupyter_client.manager import AsyncKernelManager
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +200,8 @@ class _Run:
             return
         try:
             if c.client is not None and c.client.kc is not None and c.client.km is not None:
-                await c.client.km.interrupt_kernel()
+                km = cast("AsyncKernelManager", c.client.km)  # nbclient's, typed as the base KernelManager
+                await km.interrupt_kernel()
                 await asyncio.wait([c.task], timeout=INTERRUPT_GRACE)
         finally:
             c.task.cancel()
@@ -245,7 +249,7 @@ class _Run:
 
     async def _sweep(self, c: Copy) -> None:
         """Shut down a kernel nbclient left (one cancelled while it started, before nbclient's cleanup applies)."""
-        km = c.client.km if c.client is not None else None
+        km = cast("AsyncKernelManager | None", c.client.km if c.client is not None else None)  # as in _halt
         if km is not None and km.has_kernel:
             await km.shutdown_kernel(now=True)
         if c.client is not None and c.client.kc is not None:

@@ -27,8 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import ConfigError
-from ..errors import WorkerError
+from ..errors import ConfigError, WorkerError
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backend import envplan
-from ..config import DEFAULT_PORT, RUN_VARIABLE, ConfigError
+from ..config import DEFAULT_PORT, RUN_VARIABLE
+from ..errors import ConfigError
 from ..world import netinfo
 from . import slurm
+from .slurm import SlurmJob
 from .workers import Workers
 
 MASTER = "127.0.0.1"
@@ -33,7 +35,7 @@ class Plan:
     note: str = ""  # shown while the workers start (a port other than the one asked for)
     slurm: list[str] | None = None  # sbatch's options: the followers are one Slurm job, not local kernels
 
-    def followers(self) -> Workers | slurm.SlurmJob:
+    def followers(self) -> Workers | SlurmJob:  # (the field `slurm` hides the module in this class's scope)
         """What starts ranks 1..N-1 and stops them with the world (not started yet)."""
         f = self.flags
         if self.slurm is not None:

@@ -39,7 +39,7 @@ class Worker:
     manager: Any = None
     client: Any = None
     folder: str = ""
-    lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LOG_LINES))
+    lines: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_LINES))
     init_id: str = ""
     failed: str | None = None  # why its %load_ext or %%dist_init failed, once known
     joined: bool = False
@@ -77,7 +77,8 @@ def remove_stale_folders() -> None:
 def _texts(msg: dict[str, Any]) -> list[str]:
     kind, content = msg["msg_type"], msg["content"]
     if kind == "stream":
-        return content["text"].splitlines()
+        text: str = content["text"]
+        return text.splitlines()
     if kind == "error":
         return [f"{content['ename']}: {content['evalue']}"]
     if kind in ("display_data", "execute_result", "update_display_data"):

@@ -174,7 +174,7 @@ def _python(out: _Out, number: int, source: str, offset: int) -> list[str]:
             result.append(mine)
             continue
         match = _MAGIC_CALL.match(theirs)
-        indent = re.match(r"\s*", mine)[0]
+        indent = _indent(mine)
         if match is None:
             result.append(_refuse_or_keep(out, number, i, mine, "it is IPython, not Python"))
             continue
@@ -200,7 +200,13 @@ def _refuse_or_keep(out: _Out, number: int, line: int, text: str, why: str) -> s
         raise ExportError(f"cell {number}, line {line}: {text.strip()!r} has no script form ({why}); pass "
                           "--allow-ipython to keep it as a comment, or tag the cell nbdist-skip")
     out.notes.append(f"cell {number}, line {line}: {text.strip()} kept as a comment (--allow-ipython)")
-    return re.match(r"\s*", text)[0] + f"# {text.strip()}  (IPython; left out)"
+    return _indent(text) + f"# {text.strip()}  (IPython; left out)"
+
+
+def _indent(line: str) -> str:
+    found = re.match(r"\s*", line)
+    assert found is not None  # \s* matches every line
+    return found[0]
 
 
 def _with_out(lines: list[str], source: str) -> list[str]:
@@ -219,6 +225,7 @@ def _with_out(lines: list[str], source: str) -> list[str]:
     if not tree.body or not isinstance(tree.body[-1], ast.Expr):
         return lines
     last = tree.body[-1]
+    assert last.end_lineno is not None and last.end_col_offset is not None  # a parsed node has both
     tail = lines[last.end_lineno - 1][last.end_col_offset:]
     if tail.split("#", 1)[0].strip().startswith(";"):
         return lines

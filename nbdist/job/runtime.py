@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TextIO
 
 from .. import ranksets
 from ..backend import backends, envplan, threads
@@ -164,7 +164,7 @@ class _Marked(io.TextIOBase):
     no end yet waits for it (or for :meth:`finish`, at exit).
     """
 
-    def __init__(self, inner: Any, rank: int) -> None:
+    def __init__(self, inner: TextIO, rank: int) -> None:
         self.inner, self.mark = inner, f"[rank {rank}] "
         self.pending, self.lock = "", threading.Lock()
 

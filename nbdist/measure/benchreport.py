@@ -121,7 +121,7 @@ def _cells(r: dict[str, Any]) -> list[str]:
             f"{r['busbw_gbps']:.3f}"]
 
 
-class BenchResults(list):
+class BenchResults(list[dict[str, Any]]):
     """``%dist_bench``'s results: a list of dicts, one per op and size; its repr is one line, not the list."""
 
     def __repr__(self) -> str:

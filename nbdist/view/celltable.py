@@ -218,7 +218,7 @@ class CellTable:
         for shared, group in grouped.runs(self.rows):
             if shared:
                 lines.append(f"── {self.all_ranks()} (identical) ──" if n > 1 else f"── {self.columns[0]} ──")
-                lines += [labelled(row.label, row.same.text) for row in group]
+                lines += [labelled(row.label, row.same.text) for row in group if row.same is not None]
             else:
                 for r, column in enumerate(self.columns):
                     own = [p for row in group for p in row.per_rank[r]]

@@ -20,15 +20,60 @@ import difflib
 import html
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from .. import ranksets
 from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, TABLE_STYLE, footer_html
 from .numbers import summarise
 
-# The table, its rows and pieces are :mod:`nbdist.view.celltable`'s (which imports this module: duck-typed here).
-CellTable = Row = Any
+
+# The table, its rows and pieces are :mod:`nbdist.view.celltable`'s (which imports this module): what is read
+# of them here.
+class _Piece(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def html(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def group(self) -> str: ...
+
+
+class _Row(Protocol):
+    @property
+    def label(self) -> str: ...
+    @property
+    def same(self) -> _Piece | None: ...
+    @property
+    def per_rank(self) -> Sequence[Sequence[_Piece]]: ...
+
+
+class _Table(Protocol):
+    @property
+    def title(self) -> str: ...
+    @property
+    def rows(self) -> Sequence[_Row]: ...
+    @property
+    def footer(self) -> str: ...
+    @property
+    def ranks(self) -> Sequence[int]: ...
+    @property
+    def hosts(self) -> Sequence[str]: ...
+    @property
+    def walls(self) -> Sequence[float | None]: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def drawn(self) -> dict[Any, Any]: ...  # this module's work, kept for the table's second form
+    def all_ranks(self) -> str: ...
+
+
+_SomeRow = TypeVar("_SomeRow", bound=_Row)
 
 EXPANDED = 4  # groups shown as columns; the rest are behind "… N more groups"
 DIFF_LINES = 40  # lines of a group's diff shown per row
@@ -50,20 +95,21 @@ class Group:
         return ranksets.header(self.ranks, world_size)
 
 
-def _outcome(table: CellTable, column: int) -> str:
+def _outcome(table: _Table, column: int) -> str:
     kinds = {p.kind for row in table.rows if row.same is None for p in row.per_rank[column]}
     return "stopped" if "stopped" in kinds else "error" if "error" in kinds else ""
 
 
-def groups(table: CellTable) -> list[Group]:
+def groups(table: _Table) -> list[Group]:
     """The table's columns grouped, largest group first, then by lowest rank."""
     if "groups" not in table.drawn:
         table.drawn["groups"] = _groups(table)
-    return table.drawn["groups"]
+    found: list[Group] = table.drawn["groups"]
+    return found
 
 
-def _groups(table: CellTable) -> list[Group]:
-    alike: dict[tuple, list[int]] = {}
+def _groups(table: _Table) -> list[Group]:
+    alike: dict[tuple[tuple[str, ...], ...], list[int]] = {}
     for column in range(len(table.ranks)):
         key = tuple(tuple(p.group for p in row.per_rank[column]) for row in table.rows if row.same is None)
         alike.setdefault(key, []).append(column)
@@ -96,15 +142,16 @@ def _pre(text: str, style: str = "") -> str:
     return f'<pre style="{PRE_STYLE}{";" + style if style else ""}">{html.escape(text)}</pre>'
 
 
-def draw(table: CellTable, row: Row, group: Group) -> Drawn:
+def draw(table: _Table, row: _Row, group: Group) -> Drawn:
     """The group's pieces in ``row``: the first member's, or a template with number summaries where they differ."""
     key = (id(row), group.ranks[0])
     if key not in table.drawn:
         table.drawn[key] = _draw(row, group)
-    return table.drawn[key]
+    drawn: Drawn = table.drawn[key]
+    return drawn
 
 
-def _draw(row: Row, group: Group) -> Drawn:
+def _draw(row: _Row, group: Group) -> Drawn:
     columns = [row.per_rank[c] for c in group.members]
     first = columns[0]
     if all([p.key for p in col] == [p.key for p in first] for col in columns[1:]):
@@ -126,12 +173,13 @@ def _draw(row: Row, group: Group) -> Drawn:
     return Drawn("\n".join(texts), "".join(parts), numbers, "\n".join(shapes))
 
 
-def against(table: CellTable, row: Row, reference: Group, group: Group) -> Drawn:
+def against(table: _Table, row: _Row, reference: Group, group: Group) -> Drawn:
     """``group``'s pieces in ``row`` as a diff against ``reference``'s (kept: both forms of the table show it)."""
     key = (id(row), group.ranks[0], "diff")
     if key not in table.drawn:
         table.drawn[key] = diff(draw(table, row, reference), draw(table, row, group))
-    return table.drawn[key]
+    drawn: Drawn = table.drawn[key]
+    return drawn
 
 
 def diff(reference: Drawn, own: Drawn) -> Drawn:
@@ -154,18 +202,18 @@ def diff(reference: Drawn, own: Drawn) -> Drawn:
     return Drawn("\n".join(lines), f"<small>diff against the reference group</small>{body}")
 
 
-def _diffable(row: Row) -> bool:
+def _diffable(row: _Row) -> bool:
     """Whether a group's pieces in ``row`` read best as a diff against the reference's (an error reads in full)."""
     return not any(p.kind in ("error", "stopped") for pieces in row.per_rank for p in pieces)
 
 
-def _heading(table: CellTable, group: Group) -> tuple[str, str]:
+def _heading(table: _Table, group: Group) -> tuple[str, str]:
     short, whole = group.names(table.world_size)
     hosts = sorted({table.hosts[c] for c in group.members})
     if len(set(table.hosts)) > 1:
         where = f" · host {hosts[0]}" if len(hosts) == 1 else f" · {len(hosts)} hosts"
         short, whole = short + where, whole + where
-    walls = sorted(table.walls[c] for c in group.members if table.walls[c] is not None)
+    walls = sorted(w for c in group.members if (w := table.walls[c]) is not None)
     if walls:
         low, high = _seconds(walls[0]), _seconds(walls[-1])
         same_unit = low.split()[1] == high.split()[1]
@@ -178,7 +226,7 @@ def _seconds(s: float) -> str:
     return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
-def _states(table: CellTable, row: Row) -> str:
+def _states(table: _Table, row: _Row) -> str:
     """The state row as one line: ``running 34 s: ranks 0-6 · waiting for the others: rank 7``.
 
     When some ranks wait in one collective, the running ranks that do not are
@@ -202,7 +250,7 @@ def _states(table: CellTable, row: Row) -> str:
 _WAITS_IN = re.compile(r"waits in (\S+ #\d+)")
 
 
-def to_html(table: CellTable) -> str:
+def to_html(table: _Table) -> str:
     found = groups(table)
     shown, hidden = found[:EXPANDED], found[EXPANDED:]
     by_diff = len(found) > EXPANDED
@@ -240,7 +288,7 @@ def to_html(table: CellTable) -> str:
             f"<div><small>{html.escape(_hint(table))}</small></div>{foot}</div>")
 
 
-def _more_html(table: CellTable, hidden: list[Group], found: list[Group]) -> str:
+def _more_html(table: _Table, hidden: list[Group], found: list[Group]) -> str:
     ranks = ranksets.fold(r for g in hidden for r in g.ranks)
     parts = []
     for group in hidden:
@@ -258,7 +306,7 @@ def _more_html(table: CellTable, hidden: list[Group], found: list[Group]) -> str
             f"{''.join(parts)}</details>")
 
 
-def _per_rank_html(table: CellTable) -> str:
+def _per_rank_html(table: _Table) -> str:
     """A "show rank k" per rank (up to :data:`PER_RANK_DETAILS` ranks): that rank's whole column."""
     if len(table.ranks) > PER_RANK_DETAILS:
         return ""
@@ -271,14 +319,14 @@ def _per_rank_html(table: CellTable) -> str:
     return f"<div>{''.join(parts)}</div>"
 
 
-def _hint(table: CellTable) -> str:
+def _hint(table: _Table) -> str:
     example = table.ranks[-1]
     return (f"{len(table.ranks)} ranks shown in groups of equal output. One rank's own column: "
             f"nbdist.rank_output({example}) (this notebook's last cell), or %%collective --show {example}; "
             "one column per rank: %%collective --view ranks")
 
 
-def to_text(table: CellTable) -> str:
+def to_text(table: _Table) -> str:
     """The text form, in the table's order; every group's whole rank set, every group beyond the first shown."""
     found = groups(table)
     by_diff = len(found) > EXPANDED
@@ -286,7 +334,7 @@ def to_text(table: CellTable) -> str:
     for shared, run in runs(table.rows):
         if shared:
             lines.append(f"── {table.all_ranks()} (identical) ──")
-            lines += [labelled(row.label, row.same.text) for row in run]
+            lines += [labelled(row.label, row.same.text) for row in run if row.same is not None]
             continue
         states = [row for row in run if row.label == "state"]
         run = [row for row in run if row.label != "state"]
@@ -305,7 +353,7 @@ def to_text(table: CellTable) -> str:
     return "\n".join(lines)
 
 
-def runs(rows: list[Row]) -> list[tuple[bool, list[Row]]]:
+def runs(rows: Sequence[_SomeRow]) -> list[tuple[bool, list[_SomeRow]]]:
     """The rows in runs of shared rows (True) and differing ones (False), in order, as the text forms list them."""
     return [(shared, list(run)) for shared, run in itertools.groupby(rows, key=lambda row: row.same is not None)]
 
@@ -317,7 +365,7 @@ def labelled(label: str, text: str) -> str:
     return "\n".join([f"{label}:", *("  " + line for line in text.split("\n"))])
 
 
-def choose(view: str | None, table: CellTable, width: int = 360) -> bool:
+def choose(view: str | None, table: _Table, width: int = 360) -> bool:
     """Whether to draw ``table`` by groups: asked for, or (auto) more than 4 ranks, or columns wider than ``width``."""
     if view in ("ranks", "groups"):
         return view == "groups" and len(table.ranks) > 1

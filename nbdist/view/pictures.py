@@ -99,13 +99,13 @@ def _load(data: Any, limit: int | None = None) -> tuple[tuple[int, ...], str, li
             flat = flat[:limit]  # before .cpu(): a large device tensor is summarised without copying it all
         flat = flat.cpu() if hasattr(flat, "cpu") else flat
         return shape, str(data.dtype).removeprefix("torch."), flat.tolist()
-    shape = []
+    dims: list[int] = []
     probe = data
     while isinstance(probe, list | tuple):
-        shape.append(len(probe))
+        dims.append(len(probe))
         probe = probe[0] if probe else None
-    flat = _flatten(data, tuple(shape))
-    return tuple(shape), _python_dtype(flat), flat
+    flat = _flatten(data, tuple(dims))
+    return tuple(dims), _python_dtype(flat), flat
 
 
 def _flatten(data: Any, shape: tuple[int, ...]) -> list[Any]:
@@ -194,7 +194,8 @@ def _rank(r: Any) -> int | None:
         return None
     if isinstance(r, bool) or not isinstance(r, numbers.Integral):
         raise ValueError(f"an owner rank must be an int or None, not {r!r}")
-    return int(r) if r >= 0 else None  # negative: a mask's "nobody"
+    rank = int(r)
+    return rank if rank >= 0 else None  # negative: a mask's "nobody"
 
 
 def _joined_world_size() -> int | None:
