@@ -21,6 +21,8 @@ from nbdist.errors import (
 )
 from nbdist.ranksets import ranks_text
 from nbdist.world import rendezvous
+from nbdist.world import verdict as verdicts
+from nbdist.world.verdict import Verdict
 from nbdist.world.world import World
 
 from . import groups
@@ -112,22 +114,23 @@ def barriers(world: World, h: Hooks) -> str:
 TYPO = UsageError("unrecognized arguments: --timeuot")
 
 
-def typo(world: World, h: Hooks) -> list[str]:
+def typo(world: World, h: Hooks) -> list[Verdict | BaseException]:
     """Rank 1's cell cannot start (a typo in its flags); its person fixes it and runs it again at once. Every other
-    rank runs the same cell; when it fails, its person runs it again once the others have settled."""
-    ends: list[str] = []
+    rank runs the same cell; when it fails, its person runs it again once the others have settled. How each
+    cell ended: the verdict it opened with, or its error."""
+    ends: list[Verdict | BaseException] = []
     k = kernel(world, h)
     if world.rank == ODD:
         try:
             k.collective(BODY, start_error=TYPO)
         except UsageError as exc:
-            ends.append(f"UsageError: {exc}")
+            ends.append(exc)
     for _ in range(2):
         try:
             ends.append(k.collective(BODY))
             return ends
         except PeerFailedError as exc:
-            ends.append(f"PeerFailedError: {exc}")
+            ends.append(exc)
             h.later()
     return ends
 
@@ -142,11 +145,17 @@ def check_typo(run: Run) -> None:
             raise Violation(f"{run.describe(rank)} ended with {outcome}")
         ends = outcome.value
         first = ends[1] if rank == ODD else ends[0]
-        if first != "go" and not (rank != ODD and first.startswith("PeerFailedError") and reason in first):
-            raise Violation(f"{run.describe(rank)}'s cell neither opened nor failed with rank {ODD}'s reason: {first}")
-        if ends[-1] != "go":
+        if not _went_on(first) and not (rank != ODD and isinstance(first, PeerFailedError) and reason in str(first)):
+            raise Violation(f"{run.describe(rank)}'s cell neither opened nor failed with rank {ODD}'s reason: "
+                            f"{first!r}")
+        if not _went_on(ends[-1]):
             raise Violation(f"{run.describe(rank)}'s last cell did not open: {ends}")
     inv.meets_again(run)
+
+
+def _went_on(cell: object) -> bool:
+    """The cell opened with a plain go (no rebuild: the scenario's group needs none)."""
+    return cell == verdicts.GO
 
 
 # --- c. %dist_barrier against a cell --------------------------------------------------------------------------------
@@ -230,7 +239,7 @@ def _how_ended(run: Callable[[], object]) -> object:
         return exc
 
 
-def _two_cells(world: World, h: Hooks, cell: Callable[[Kernel], str | None]) -> tuple[object, object]:
+def _two_cells(world: World, h: Hooks, cell: Callable[[Kernel], object]) -> tuple[object, object]:
     """The first cell (a stop may land in it), and, once the others have settled, the next one: how each ended
     (its value, or the exception it raised)."""
     k = kernel(world, h, cut=CUT)
@@ -499,7 +508,7 @@ def rejoin(world: World, h: Hooks) -> Rejoined:
 def rejoin_instead(world: World, h: Hooks) -> Rejoined:
     """Rank 1's person re-runs %%dist_init while every other rank runs a cell (at any point of it); then theirs."""
     if world.rank == ODD:
-        return _rerun_init(world, h, "no cell")
+        return _rerun_init(world, h, None)  # it ran no cell
     return rejoin(world, h)
 
 
@@ -522,7 +531,7 @@ def check_rejoin(run: Run) -> None:
         raise Violation(f"the ranks joined rounds {sorted(rounds)} after round {run.worlds[0].round}")
     for rank, r in ends.items():
         cell = r.cell
-        if isinstance(cell, str) or (rank in hit and type(cell) is KeyboardInterrupt):
+        if cell is None or isinstance(cell, Verdict) or (rank in hit and type(cell) is KeyboardInterrupt):
             continue
         if not isinstance(cell, (PeerFailedError, WorldChangedError)):
             raise Violation(f"{run.describe(rank)}'s cell ended with {cell!r}")
@@ -548,7 +557,7 @@ def check_rejoin_instead(run: Run) -> None:
     check_rejoin(run)
     for rank in sorted(run.outcomes):
         cell = _rejoined(run, rank).cell
-        if rank != ODD and (isinstance(cell, str) or run.describe(ODD) not in str(cell)):
+        if rank != ODD and (isinstance(cell, Verdict) or run.describe(ODD) not in str(cell)):
             raise Violation(f"{run.describe(rank)}'s cell did not fail naming rank {ODD}: {cell!r}")
 
 
@@ -592,7 +601,7 @@ def restart(world: World, h: Hooks, plain: bool = False) -> Rejoined | tuple[obj
 def _until_one_opens(h: Hooks, k: Kernel, plain: bool, tries: int = 3) -> list[object]:
     """How each run of the same cell ended, run again once the others settled while it fails."""
     def cell() -> object:
-        return _how_ended(lambda: (f"go:rebuild:{why}" if (why := k.plain()) else "go") if plain else
+        return _how_ended(lambda: (verdicts.rebuild(why) if (why := k.plain()) else verdicts.GO) if plain else
                           k.collective(BODY))
 
     ends = [cell()]
@@ -624,7 +633,7 @@ def check_restart(run: Run) -> None:
                 raise Violation(f"{run.describe(rank)}'s next cell ended with {failed!r}, not saying {gone!r}")
         if isinstance(then[-1], BaseException):
             raise Violation(f"{run.describe(rank)}'s last cell failed: {then!r}")
-        if ODD in hit and not str(then[-1]).startswith("go:rebuild"):
+        if ODD in hit and not (isinstance(then[-1], Verdict) and then[-1].rebuild is not None):
             raise Violation(f"{run.describe(rank)}'s last cell did not rebuild its group after the restart: {then}")
     _last_groups_agree(run)
     inv.meets_again(run)
