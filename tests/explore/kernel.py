@@ -2,14 +2,15 @@
 
 Its ``%%collective`` runs the session's real steps, IPython's order: ``before_cell`` (``pre_run_cell``), the magic
 (``Session.collective``, which runs :func:`nbdist.cell.cells.run`), ``after_cell`` (``post_run_cell``, whose errors
-IPython swallows); its ``%dist_barrier`` is ``Session.barrier``. Only what a kernel adds around the protocol is left
-out: the hang report, the body (nothing runs, so no watcher; :attr:`Session.run_body`; or, where a scenario asks,
-one collective's comparison with the others) and the process group (every rank holds one it trusts,
-:class:`Trusted`). The stop button is what a SIGINT does on a kernel's main thread: recorded while nbdist holds it
-(:class:`nbdist.cell.turn.StopButton`), raised where it lands otherwise. A stop that nbdist sends (the driver's stop
-at a follower, ``%dist_stop``, ``--max-time``: a watcher's :class:`~nbdist.errors.StopRequest`) goes through the
-kernel's real :class:`~nbdist.cell.stopper.Stopper`, whose signal's handler raises it on the main thread while the
-stopper is armed (from ``pre_run_cell`` to the end of a ``%%collective``'s body): :class:`GateStopper`.
+IPython swallows); its ``%dist_barrier`` is ``Session.barrier``, its ``%dist_status`` ``Session.status``. Only what a
+kernel adds around the protocol is left out: the hang report, the body (nothing runs, so no watcher;
+:attr:`Session.run_body`; or, where a scenario asks, one collective's comparison with the others) and the process
+group (every rank holds one it trusts, :class:`Trusted`). The stop button is what a SIGINT does on a kernel's main
+thread: recorded while nbdist holds it (:class:`nbdist.cell.turn.StopButton`), raised where it lands otherwise. A
+stop that nbdist sends (the driver's stop at a follower, ``%dist_stop``, ``--max-time``: a watcher's
+:class:`~nbdist.errors.StopRequest`) goes through the kernel's real :class:`~nbdist.cell.stopper.Stopper`, whose
+signal's handler raises it on the main thread while the stopper is armed (from ``pre_run_cell`` to the end of a
+``%%collective``'s body): :class:`GateStopper`.
 """
 
 from __future__ import annotations
@@ -204,6 +205,10 @@ class Kernel:
         finally:
             with post_run_cell():
                 self.session.after_cell(SimpleNamespace(info=info, error_before_exec=None, error_in_exec=error))
+
+    def dist_status(self) -> list[str]:
+        """One ``%dist_status``: each rank's last activity as it shows it (:meth:`Session.status`), in rank order."""
+        return [row["last"] for row in self.session.status()]
 
     def dist_barrier(self) -> Verdict:
         """One ``%dist_barrier``; it opened (else it raised)."""
