@@ -25,6 +25,7 @@ from typing import Any
 from nbdist.world import gather, keys
 from nbdist.world.records import Arrival, Registration
 from nbdist.world.store import Server, StoreClient, connect
+from nbdist.world.verdict import Verdict
 from nbdist.world.world import TURN, World, current_round
 
 from .clock import FakeTime, VirtualClock, patched
@@ -62,8 +63,9 @@ class Hooks:
 
 @dataclass(frozen=True)
 class Rejoined:
-    """A rank's program that ends by re-running ``%%dist_init``: how its cell ended (its value, or the exception it
-    ended with) and when (virtual s; it left its round then), and the world it joined (the follow-up meets there)."""
+    """A rank's program that ends by re-running ``%%dist_init``: how its cell ended (its value, the exception it
+    ended with, or None: it ran none) and when (virtual s; it left its round then), and the world it joined (the
+    follow-up meets there)."""
 
     cell: object
     ended: float
@@ -174,13 +176,12 @@ class Lab:
         self.close()
 
 
-def follow_up(world: World, timeout: float, meet: bool) -> tuple[int, str | None]:
+def follow_up(world: World, timeout: float, meet: bool) -> tuple[int, Verdict | None]:
     """After a scenario: the step this rank's next cell takes, and (with ``meet``) how its meeting opened."""
     n = world.turn()
     if not meet:
         return n, None
-    opened = gather.meet(world, n, Arrival("barrier", f"follow-up #{n}"), timeout)
-    return n, opened if isinstance(opened, str) else opened.encode()  # the store's text, or a Verdict's
+    return n, gather.meet(world, n, Arrival("barrier", f"follow-up #{n}"), timeout)
 
 
 def execute(lab: Lab, scenario: Scenario, chooser: Recorder, bound: int | None = None) -> Run:

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from nbdist.config import HEARTBEAT_INTERVAL, POLL_INTERVAL
 from nbdist.errors import WaitTimeout
+from nbdist.world import verdict as verdicts
 
 from .explorer import Run
 from .gate import Hung
@@ -49,7 +50,10 @@ def closes(write: Write) -> bool:
     """Whether a write told the others a rank failed or gave up: a failure record, or a meeting closed."""
     if write.op != "compare_set" or write.result != write.args[1]:
         return False  # not a compare-and-set that took
-    return write.key.endswith("/failed") or (write.key.endswith("/state") and not write.args[1].startswith("go"))
+    if write.key.endswith("/failed"):
+        return True
+    decided = verdicts.decode(write.args[1])
+    return write.key.endswith("/state") and not (decided is not None and decided.opened)
 
 
 def no_wait_outlived_its_cause(run: Run) -> None:
@@ -105,6 +109,6 @@ def meets_again(run: Run) -> None:
     if len(set(steps.values())) > 1:
         raise Violation(f"the ranks disagree on the next step: {steps}")
     for rank, outcome in sorted(run.followup.items()):
-        state = outcome.value[1]
-        if state is not None and not state.startswith("go"):
-            raise Violation(f"the next step did not open on {run.describe(rank)}: {state!r}")
+        opened = outcome.value[1]
+        if opened is not None and not opened.opened:
+            raise Violation(f"the next step did not open on {run.describe(rank)}: {opened}")

@@ -2,14 +2,15 @@
 
 Its ``%%collective`` runs the session's real steps, IPython's order: ``before_cell`` (``pre_run_cell``), the magic
 (``Session.collective``, which runs :func:`nbdist.cell.cells.run`), ``after_cell`` (``post_run_cell``, whose errors
-IPython swallows); its ``%dist_barrier`` is ``Session.barrier``. Only what a kernel adds around the protocol is left
-out: the hang report, the body (nothing runs, so no watcher; :attr:`Session.run_body`; or, where a scenario asks,
-one collective's comparison with the others) and the process group (every rank holds one it trusts,
-:class:`Trusted`). The stop button is what a SIGINT does on a kernel's main thread: recorded while nbdist holds it
-(:class:`nbdist.cell.turn.StopButton`), raised where it lands otherwise. A stop that nbdist sends (the driver's stop
-at a follower, ``%dist_stop``, ``--max-time``: a watcher's :class:`~nbdist.errors.StopRequest`) goes through the
-kernel's real :class:`~nbdist.cell.stopper.Stopper`, whose signal's handler raises it on the main thread while the
-stopper is armed (from ``pre_run_cell`` to the end of a ``%%collective``'s body): :class:`GateStopper`.
+IPython swallows); its ``%dist_barrier`` is ``Session.barrier``, its ``%dist_status`` ``Session.status``. Only what a
+kernel adds around the protocol is left out: the hang report, the body (nothing runs, so no watcher;
+:attr:`Session.run_body`; or, where a scenario asks, one collective's comparison with the others) and the process
+group (every rank holds one it trusts, :class:`Trusted`). The stop button is what a SIGINT does on a kernel's main
+thread: recorded while nbdist holds it (:class:`nbdist.cell.turn.StopButton`), raised where it lands otherwise. A
+stop that nbdist sends (the driver's stop at a follower, ``%dist_stop``, ``--max-time``: a watcher's
+:class:`~nbdist.errors.StopRequest`) goes through the kernel's real :class:`~nbdist.cell.stopper.Stopper`, whose
+signal's handler raises it on the main thread while the stopper is armed (from ``pre_run_cell`` to the end of a
+``%%collective``'s body): :class:`GateStopper`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from nbdist.cell import capture, cells
 from nbdist.cell.stopper import SIGNAL, Stopper
 from nbdist.errors import StoppedError
 from nbdist.session import Session
+from nbdist.world import verdict as verdicts
+from nbdist.world.verdict import Verdict
 from nbdist.world.world import World
 
 from .explorer import Hooks
@@ -153,8 +156,9 @@ class Kernel:
         """A watcher sends a stop (a stop of every rank, say): raised here if the stopper is armed, else dropped."""
         self.session.stopper.stop(StoppedError(SENT))
 
-    def collective(self, body: str, start_turn: int | None = None, start_error: BaseException | None = None) -> str:
-        """One ``%%collective`` from ``pre_run_cell`` to ``post_run_cell``; the state its start opened with.
+    def collective(self, body: str, start_turn: int | None = None,
+                   start_error: BaseException | None = None) -> Verdict:
+        """One ``%%collective`` from ``pre_run_cell`` to ``post_run_cell``; how its start opened (go, or a rebuild).
 
         ``start_turn``: the step ``pre_run_cell`` read already, before any event (None: it reads it here).
         ``start_error``: the magic raises it before nbdist's code runs (a typo in its flags).
@@ -168,14 +172,14 @@ class Kernel:
             session.turn.begin()
             session.turn.claim(start_turn)
 
-        def run() -> str:
+        def run() -> Verdict:
             if start_error is not None:
                 raise start_error
             outcome = session.collective(body, cells.Flags(self.timeout, live=False))
             error = cells.error_for(session.world, outcome)  # as the magic ends the cell, once its table is shown
             if error is not None:
                 raise error
-            return "go" if outcome.rebuilt is None else f"go:rebuild:{outcome.rebuilt}"
+            return verdicts.GO if outcome.rebuilt is None else verdicts.rebuild(outcome.rebuilt)
 
         return self._until_post_run_cell(info, run)
 
@@ -202,10 +206,14 @@ class Kernel:
             with post_run_cell():
                 self.session.after_cell(SimpleNamespace(info=info, error_before_exec=None, error_in_exec=error))
 
-    def dist_barrier(self) -> str:
-        """One ``%dist_barrier``; the state it opened with."""
+    def dist_status(self) -> list[str]:
+        """One ``%dist_status``: each rank's last activity as it shows it (:meth:`Session.status`), in rank order."""
+        return [row["last"] for row in self.session.status()]
+
+    def dist_barrier(self) -> Verdict:
+        """One ``%dist_barrier``; it opened (else it raised)."""
         self.session.barrier(self.timeout)
-        return "go"
+        return verdicts.GO
 
 
 @contextlib.contextmanager
