@@ -14,7 +14,7 @@ from IPython.display import display
 
 from . import config
 from .backend import backends, doctor, envplan
-from .cell import cells, outcome_view
+from .cell import cellerror, cells, outcome_view
 from .drive import follow, spawn
 from .errors import ConfigError, NbdistError
 from .session import Session
@@ -224,7 +224,7 @@ class DistMagics(Magics):
         self._show(outcome)
         world = self.session.world
         assert world is not None  # collective() required it
-        error = cells.error_for(world, outcome)
+        error = cellerror.error_for(world, outcome)
         if error is not None:
             raise error
 

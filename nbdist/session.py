@@ -125,7 +125,7 @@ class Session:
     prestart = Held[Window]("cell_turn")
     stop_pressed = Held[bool]("cell_turn")
     view = Held[str | None]("cell_turn")
-    run_body = Held[Callable[[cells.Body], tuple[dict[str, Any], dict[str, Any] | None, bool]]]("cell_turn")
+    run_body = Held[Callable[[cells.Body], cells.Ran]]("cell_turn")
     # the drive
     drive = Held[follow.Drive]("driving")
     following = Held[bool]("driving")

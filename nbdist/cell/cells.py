@@ -38,17 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import errors, ranksets
+from .. import ranksets
 from ..backend import procgroup
 from ..errors import (
-    CollectiveError,
-    CollectiveMismatchError,
     ConfigError,
     MaxTimeError,
-    NbdistError,
-    PeerFailedError,
-    PeerLostError,
-    StoppedError,
     StoreConnectionError,
 )
 from ..view import trace
@@ -57,7 +51,7 @@ from ..world import keys
 from ..world import verdict as verdicts
 from ..world.capture_record import Capture
 from ..world.gather import Gathering
-from ..world.records import Arrival, CellStart
+from ..world.records import Arrival, CellStart, Failure
 from ..world.store import StoreClient
 from ..world.verdict import Verdict
 from ..world.world import World, step_name
@@ -69,7 +63,7 @@ from .outputlog import OutputLog
 from .step import CELL, Plan, drive
 from .stopper import Stopper
 from .turn import Ending, Meeting, Turn
-from .watch import CellWatch, publish_failure
+from .watch import SERVER, CellWatch, publish
 
 MAX_SOURCE_CHARS = 64 * 1024
 MAX_TIME_GRACE = 2.0  # seconds past --max-time a finished rank waits for one whose body its watcher is ending
@@ -83,7 +77,7 @@ class Outcome:
 
     number: int
     captures: list[dict[str, Any] | None]  # by rank; None: none came (or a rank that shows no table read none)
-    reason: dict[str, Any] | None = None
+    reason: Failure | None = None  # the first failure, which cut the cell short on every rank
     rebuilt: str | None = None  # why the process group was rebuilt before this cell
     distrusted: str | None = None  # why it will be rebuilt at the next cell
     holders: list[str] = field(default_factory=list)  # names that hold the old group
@@ -210,6 +204,9 @@ def skipped(ranks: tuple[int, ...]) -> dict[str, Any]:
             "result": None, "error": None, "wall": 0.0}
 
 
+Ran = tuple[dict[str, Any], Failure | None, bool]  # a body's capture, why its watch stopped it, whether the button did
+
+
 @dataclass(frozen=True)
 class Body:
     """What running one rank's body needs (:func:`watched_body`)."""
@@ -233,7 +230,7 @@ class Body:
     hang: Any = None  # this cell's hang report (nbdist.debug.hangs.Hang), if this rank asks for one
 
 
-def watched_body(b: Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+def watched_body(b: Body) -> Ran:
     """Run the body with a :class:`~nbdist.cell.watch.CellWatch` beside it; its capture, why the watcher stopped
     it (or None) and whether the stop button did."""
     def on_tick() -> None:  # the watcher's slice: the live table, and where every rank is once it waits long
@@ -264,8 +261,8 @@ def watched_body(b: Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
 def run(world: World, shell: Any, source: str, flags: Flags, watch_client: StoreClient,
         params: dict[str, list[str]], activate: Callable[[Checker | None], None], rebuild: Callable[[int], None],
         turn: Turn, state: dict[str, Any], stopper: Stopper | None = None, driver: int | None = None,
-        draw_live: bool = True, run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]]
-        = watched_body, keep: capture.Keep | None = None, aids: Any = None, shows_table: bool = True) -> Outcome:
+        draw_live: bool = True, run_body: Callable[[Body], Ran] = watched_body, keep: capture.Keep | None = None,
+        aids: Any = None, shows_table: bool = True) -> Outcome:
     """Run ``source`` on this rank as the world's step ``turn.step``, in lockstep with the others (see the module
     docstring).
 
@@ -310,7 +307,7 @@ class _CellRun:
     state: dict[str, Any]
     draw_live: bool
     turn: Turn
-    run_body: Callable[[Body], tuple[dict[str, Any], dict[str, Any] | None, bool]]
+    run_body: Callable[[Body], Ran]
     keep: capture.Keep | None
     aids: Any
     shows_table: bool
@@ -322,9 +319,9 @@ class _CellRun:
     live: LiveTable | None = None
     hang: Any = None
     body_started: float = 0.0
-    ran: tuple[dict[str, Any], dict[str, Any] | None, bool] | None = None
+    ran: Ran | None = None
     published: str = ""
-    reason: dict[str, Any] | None = None
+    reason: Failure | None = None
     every: list[dict[str, Any] | None] | None = None  # every rank's record, if this rank read them to decide
 
     @property
@@ -352,7 +349,7 @@ class _CellRun:
         self.rebuilt = opened.rebuild
         self.ran = self._body()
 
-    def _body(self) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+    def _body(self) -> Ran:
         world, flags, cell, label, aids = self.world, self.flags, self.cell, self.label, self.aids
         checker = self.checker = Checker(world, cell, flags.timeout, self.params, compare=flags.check,
                                          on_tick=lambda: raise_if_failed(world, cell), trace=flags.trace,
@@ -390,8 +387,7 @@ class _CellRun:
         self.published, self.reason = self.publish(*self.ran)
         return self.ending()
 
-    def publish(self, cap: dict[str, Any], reason: dict[str, Any] | None,
-                interrupted: bool) -> tuple[str, dict[str, Any] | None]:
+    def publish(self, cap: dict[str, Any], reason: Failure | None, interrupted: bool) -> tuple[str, Failure | None]:
         """The record as published, and the reason the cell was cut short (None: it was not)."""
         world, cell, checker, live = self.world, self.cell, self.checker, self.live
         assert checker is not None and live is not None
@@ -404,11 +400,11 @@ class _CellRun:
             record = _record(world, cap, checker, interrupted)
         except Exception as exc:  # nbdist's own bookkeeping failed: this rank's error, published at once
             record = _capture_failure(world, cap, exc)
-        if reason is not None and reason.get("kind") == "server":
+        if reason is not None and reason.kind == SERVER:
             # Nobody can be told and no barrier can be met: end now, with this rank's own column.
             if world.pg is not None:
                 world.pg.distrust("the rendezvous server went away")
-            failure = StoreConnectionError(reason.get("message", "the rendezvous server went away"))
+            failure = StoreConnectionError(reason.message)
             mine = [record if i == world.rank else None for i in range(world.world_size)]
             self.reason = reason
             cut_short(failure, self.outcome(mine))
@@ -420,14 +416,14 @@ class _CellRun:
             message = (f"{me} raised {error['ename']}: {error['evalue']}" if kind == "error"
                        else f"{me} quit its debugger (q)" if error.get("ename") == "BdbQuit"
                        else f"{me} interrupted its cell")
-            first = publish_failure(world.client, world, cell, {"rank": world.rank, "kind": kind, "message": message})
-            if first["rank"] != world.rank:
+            first = publish(world.client, world, cell, Failure(world.rank, kind, message))
+            if first.rank != world.rank:
                 reason = first  # another rank failed first
-        if reason is not None and reason.get("rank") != world.rank:
+        if reason is not None and reason.rank != world.rank:
             if error is not None:
                 error["consequence"] = _is_consequence(error, checker)
             if error is None or error["consequence"]:
-                record["cancelled"] = reason.get("message", "")
+                record["cancelled"] = reason.message
         published = fit(record)
         world.client.set(world.key(keys.out(cell, world.rank)), published)
         return published, reason
@@ -537,53 +533,3 @@ def _capture_failure(world: World, cap: dict[str, Any], exc: BaseException) -> d
     }
     json.dumps(record)
     return record
-
-
-def error_for(world: World, outcome: Outcome) -> BaseException | None:
-    """The error this rank's cell must end with, if any (after the table is shown)."""
-    captures = outcome.captures
-    own = (captures[world.rank] or {}).get("error")
-    if own and own.get("interrupted"):
-        if own.get("ename") == "BdbQuit":  # q in its debugger: the cell ended, not following (a driven rank)
-            return StoppedError(f"{world.describe(world.rank)} quit its debugger (q): the cell ended on every rank")
-        stopped = KeyboardInterrupt()
-        stopped._render_traceback_ = lambda: [  # type: ignore[attr-defined]  # the stop button: one line, no frames
-            "KeyboardInterrupt: this rank's cell was stopped; the other ranks were told (its table is above)"]
-        return stopped
-    if own and not own.get("consequence"):
-        return _own_error(world, own)
-    reason = outcome.reason
-    if reason is not None and reason.get("rank") != world.rank:
-        origin = reason.get("rank", -1)
-        cause = (captures[origin] or {}).get("error") if 0 <= origin < len(captures) else None
-        same = errors.by_name(cause["ename"]) if cause and not cause.get("consequence") else None
-        if cause and same is not None:
-            return same(cause["evalue"])  # the same error on every rank
-        kinds: dict[Any, type[NbdistError]] = {"lost": PeerLostError, "server": StoreConnectionError}
-        return kinds.get(reason.get("kind"), PeerFailedError)(
-            f"{reason['message']} (this rank's cell was stopped; its column shows where)"
-        )
-    if own:
-        return _own_error(world, own)
-    if outcome.mismatch is not None:
-        return CollectiveMismatchError(outcome.mismatch)
-    failed = [(i, c["error"]) for i, c in enumerate(captures) if c and c.get("error")]
-    if not failed:
-        return None
-    if any(e.get("interrupted") for _, e in failed):
-        who = ", ".join(world.describe(i) for i, e in failed if e.get("interrupted"))
-        return PeerFailedError(f"{who} interrupted its cell")
-    named = [(cls, e) for _, e in failed
-             if (cls := errors.by_name(e["ename"])) is not None and not e.get("consequence")]
-    if named:
-        cls, first = named[0]
-        return cls(first["evalue"])
-    names = "; ".join(f"{world.describe(i)} raised {e['ename']}: {e['evalue']}" for i, e in failed)
-    return CollectiveError(f"{names} (traceback in its column above)")
-
-
-def _own_error(world: World, own: dict[str, Any]) -> BaseException:
-    cls = errors.by_name(own["ename"])
-    if cls is not None:
-        return cls(own["evalue"])  # nbdist's own error: the same class on every rank
-    return CollectiveError(f"{world.describe(world.rank)} raised {own['ename']}: {own['evalue']}", own["traceback"])

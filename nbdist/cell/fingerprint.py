@@ -239,18 +239,18 @@ class Checker:
         self.counts: dict[str, int] = {}  # group name -> collectives issued in this cell
         self.inside: tuple[str, float] | None = None  # (what, since) while a collective runs
         self.reaching: tuple[str, float] | None = None  # (what, since) while it waits to compare one with the others
-        self.stopped: dict[str, Any] | None = None  # set by the watcher: why no collective may start
+        self.stopped: records.Failure | None = None  # set by the watcher: why no collective may start
         self.failed_inside = False
         self.builds = 0  # process groups the body's init_process_group built after destroying the world's (rebuild)
         self.lock = threading.Lock()
         self._ended = ended(world, cell)  # the ranks that ended the body, as a waiting collective looks
         self._late: tuple[str, Published] | None = None  # a late comparison's meeting, and its fingerprints
 
-    def stop(self, info: dict[str, Any]) -> None:
+    def stop(self, failure: records.Failure) -> None:
         """No collective may start from now on (one already running is the watcher's to cut)."""
         with self.lock:
             if self.stopped is None:
-                self.stopped = info
+                self.stopped = failure
 
     def call(self, op: str, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
              p2p: bool = False) -> Any:
@@ -482,9 +482,9 @@ class Checker:
 
     def _why_stopped(self, started: bool = True) -> BaseException:
         """The error a collective of a stopped cell raises: the stop button's, a lost peer's, a stop of all."""
-        info = self.stopped or {}
-        kind, message = info.get("kind"), info.get("message", "the cell was stopped")
-        if kind == "interrupted" and info.get("rank") == self.world.rank:
+        stopped = self.stopped or records.Failure(records.WORLD, "stopped", "the cell was stopped")
+        kind, message = stopped.kind, stopped.message
+        if kind == "interrupted" and stopped.rank == self.world.rank:
             return KeyboardInterrupt()
         if kind == "stopped":
             return StoppedError(message)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from ..errors import StoppedError
 from ..world.link import sync_generation
-from ..world.records import StopAll
+from ..world.records import WORLD, Failure, StopAll
 from ..world.store import StoreClient
 from ..world.world import World
 from . import capture, cells, prestart, progress, turn
@@ -65,8 +65,7 @@ class KernelTurn:
         """The guard saw a stop of every rank (%dist_stop, nbdist stop) while a cell runs here."""
         watch = self.stopper.watch
         if watch is not None:  # it cuts a collective that is waiting
-            watch.stop_all({"message": stop.message, "session": stop.session, "t": stop.t, "kind": "stopped",
-                            "rank": -1})
+            watch.stop_all(Failure(WORLD, "stopped", stop.message))
         else:
             self.stopper.stop(StoppedError(stop.message))
 

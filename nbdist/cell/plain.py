@@ -146,7 +146,7 @@ class PlainNet:
         pg = world.pg
         try:
             world.note("finished a plain cell's collectives")  # its watch noted what it was inside: no longer
-            own = watch.reason is None or watch.reason.get("rank") == world.rank
+            own = watch.reason is None or watch.reason.rank == world.rank
             if error is not None and own:
                 why = "the stop button" if type(error) is KeyboardInterrupt else f"{type(error).__name__}: {error}"
                 publish_plain_failure(world.client, world, f"{world.describe(world.rank)} ended its cell during its "

@@ -32,7 +32,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ..config import POLL_INTERVAL
 from ..errors import (
@@ -56,6 +55,7 @@ log = logging.getLogger(__name__)
 INTERRUPT_GRACE = 1.0
 # A collective that lasts this long is noted in the store, for the others' messages and %dist_status.
 LONG_COLLECTIVE = 0.5
+SERVER = "server"  # the kind of a cell's reason when the rendezvous server went away: kept here, nobody can be told
 # Where torch runs collectives that nbdist's wrappers do not see.
 _COLLECTIVE_CODE = tuple(os.path.join("torch", part, "") for part in ("distributed", os.path.join("nn", "parallel"),
                                                                          "autograd"))
@@ -79,14 +79,6 @@ def publish(client: StoreClient, world: World, cell: str, failure: records.Failu
     return failure
 
 
-def publish_failure(client: StoreClient, world: World, cell: str, info: dict[str, Any]) -> dict[str, Any]:
-    """:func:`publish` for a failure held as a dict (a cell's reason for stopping); returns the one that won.
-
-    Raises :class:`~nbdist.world.records.MalformedRecord` if ``info`` is not a failure.
-    """
-    return publish(client, world, cell, records.Failure.from_dict(info)).as_dict()
-
-
 
 
 def plain_failures(client: StoreClient, world: World) -> int:
@@ -100,8 +92,8 @@ def publish_plain_failure(client: StoreClient, world: World, message: str) -> No
     client.set(world.key(keys.plain_failed(n)), records.Failure(world.rank, "error", message).to_json())
 
 
-def plain_failure(client: StoreClient, world: World, since: int) -> dict[str, Any] | None:
-    """Another rank's plain-cell failure published after the first ``since``, if any (as a cell's reason holds it).
+def plain_failure(client: StoreClient, world: World, since: int) -> records.Failure | None:
+    """Another rank's plain-cell failure published after the first ``since``, if any (a cell's reason for stopping).
 
     Text there that is not a failure (anyone can write into the store) is none.
     """
@@ -109,7 +101,7 @@ def plain_failure(client: StoreClient, world: World, since: int) -> dict[str, An
     for i in range(n, since, -1):
         failure = records.Failure.read(client.get_if(world.key(keys.plain_failed(i))))
         if failure is not None and failure.rank != world.rank:
-            return failure.as_dict()
+            return failure
     return None
 
 
@@ -145,7 +137,7 @@ class CellWatch:
         self._timed_out = False
         self.cell_label = label or cell
         self._noted: tuple[str, float] | None = None
-        self.reason: dict[str, Any] | None = None
+        self.reason: records.Failure | None = None  # why the cell stops: the first failure this watch saw
         self.interrupted = False
         self.forced = False  # nbdist itself ended the body (--max-time, a stop of every rank)
         self._forced_at = 0.0
@@ -192,9 +184,9 @@ class CellWatch:
                 self._forward(data)
                 if signal.SIGINT in data and not self.interrupted:
                     self.interrupted, self._interrupted_at = True, time.monotonic()
-                    self._stop_cell({"rank": self.world.rank, "kind": "interrupted",
-                                     "message": f"{self.world.describe(self.world.rank)} interrupted its cell"},
-                                    publish=True)
+                    self._stop_cell(records.Failure(self.world.rank, "interrupted",
+                                                    f"{self.world.describe(self.world.rank)} interrupted its cell"),
+                                    tell=True)
             if self._stop.is_set():
                 return
             if self.refuse is not None and not self._refused and self.in_use():
@@ -231,7 +223,7 @@ class CellWatch:
         exc = self.refuse() if self.refuse is not None else None
         if exc is None:
             return
-        self._stop_cell({"rank": self.world.rank, "kind": "error", "message": str(exc)}, publish=False)
+        self._stop_cell(records.Failure(self.world.rank, "error", str(exc)), tell=False)
         self._raise_in_body(exc)  # first: pending as the cut collective returns to Python, it is what the cell raises
         if self.world.pg is not None and not self.cut:
             self.cut = True
@@ -267,7 +259,7 @@ class CellWatch:
             message = (f"{self.world.describe(i)} finished this cell after {issued} collective(s) on {label}, but "
                        f"{me} waits in #{n} ({what}), which torch's own code started (DDP's backward, FSDP, a "
                        "functional collective): the ranks run different collectives")
-            self._stop_cell({"rank": self.world.rank, "kind": "mismatch", "message": message}, publish=True)
+            self._stop_cell(records.Failure(self.world.rank, "mismatch", message), tell=True)
             self._raise_in_body(CollectiveMismatchError(message))  # first: it is what the body raises after the cut
             if not self.cut:
                 self.cut = True
@@ -280,13 +272,13 @@ class CellWatch:
         self._timed_out = True
         me = self.world.describe(self.world.rank)
         message = f"{me} was still running its body after --max-time {self.max_time:g} s"
-        self._stop_cell({"rank": self.world.rank, "kind": "max-time", "message": message}, publish=True)
+        self._stop_cell(records.Failure(self.world.rank, "max-time", message), tell=True)
         self._raise_in_body(MaxTimeError(message))
 
-    def stop_all(self, info: dict[str, Any]) -> None:
+    def stop_all(self, stop: records.Failure) -> None:
         """Someone stopped every rank (%dist_stop, nbdist stop): end this body now, cutting if it must."""
-        self._stop_cell(info, publish=True)
-        self._raise_in_body(StoppedError(info.get("message", "stopped")))
+        self._stop_cell(stop, tell=True)
+        self._raise_in_body(StoppedError(stop.message))
 
     def _raise_in_body(self, exc: BaseException) -> None:
         """A body that is computing ends at once; one inside a collective ends when the cut fails it."""
@@ -300,41 +292,39 @@ class CellWatch:
             if self.plain:
                 info = plain_failure(self.client, self.world, self.plain_since or 0)
                 if info is not None:
-                    self._stop_cell(info, publish=False)  # a rank that waits in a collective for it cuts
+                    self._stop_cell(info, tell=False)  # a rank that waits in a collective for it cuts
                     return
             failure = None if self.plain else records.Failure.read(self.client.get_if(failed_key))
             if failure is not None:
                 if failure.rank != self.world.rank:
-                    self._stop_cell(failure.as_dict(), publish=False)
+                    self._stop_cell(failure, tell=False)
                     if failure.rank == self.driver and failure.kind == "interrupted":
                         self._raise_in_body(StoppedError(failure.message))
                     return
             self.world.check_peers(self.client)
         except PeerLostError as exc:
-            self._stop_cell({"rank": -1, "kind": "lost", "message": str(exc)}, publish=True)
+            self._stop_cell(records.Failure(records.WORLD, "lost", str(exc)), tell=True)
         except StoreConnectionError as exc:
-            self._stop_cell({"rank": -1, "kind": "server", "message": str(exc)}, publish=False)
+            self._stop_cell(records.Failure(records.WORLD, SERVER, str(exc)), tell=False)
         except NbdistError as exc:
             log.warning("nbdist watcher: %s", exc)
 
-    def _stop_cell(self, info: dict[str, Any], publish: bool) -> None:
-        log.debug("%s: stopping (%s); inside %s", self.cell, info.get("message"), self.checker.inside)
+    def _stop_cell(self, failure: records.Failure, tell: bool) -> None:
+        log.debug("%s: stopping (%s); inside %s", self.cell, failure.message, self.checker.inside)
         if self.reason is None:
-            self.reason = info
-        if publish:
+            self.reason = failure
+        if tell:
             try:
-                publish_failure(self.client, self.world, self.cell, info)
+                publish(self.client, self.world, self.cell, failure)
             except StoreConnectionError as exc:
                 log.info("could not tell the others: %s", exc)
-            except records.MalformedRecord as exc:  # a stop of every rank, as written into the store by anyone
-                log.warning("could not tell the others (%s): %s", exc, info)
-        self.checker.stop(info)
+        self.checker.stop(failure)
 
     def _cut_if_needed(self) -> None:
         if self.cut or self.reason is None or self.world.pg is None or not self.in_use():
             return  # a plain cell that started no collective has none to cut
         must = (
-            self.reason.get("kind") == "lost"  # the group has a dead member: nothing on it can complete
+            self.reason.kind == "lost"  # the group has a dead member: nothing on it can complete
             or self.checker.inside is not None
             or in_collective_code(self._body)
             or (self.interrupted and time.monotonic() - self._interrupted_at > INTERRUPT_GRACE)
@@ -343,7 +333,7 @@ class CellWatch:
         if must:
             self.cut = True
             log.debug("%s: cutting; inside %s", self.cell, self.checker.inside)
-            self.world.pg.cut(self.reason.get("message", ""))
+            self.world.pg.cut(self.reason.message)
 
     def _note_long_collective(self) -> None:
         """Tell the others (and %dist_status) which collective this rank has been inside for a while.

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
-from ..cell import cells, turn
+from ..cell import cellerror, cells, turn
 from ..errors import DriveError, JoinError, NbdistError, StoreConnectionError, WorldChangedError
 from ..ranksets import fold
 from ..world import keys, records, signing
@@ -372,7 +372,7 @@ def run(session: FollowHost, follower: Follower, show: Shows) -> Ended:
             if shown is not None:
                 shown.join()
             show.outcome(outcome)
-            error = cells.error_for(follower.world, outcome)  # the session's world, which it follows
+            error = cellerror.error_for(follower.world, outcome)  # the session's world, which it follows
             if type(error) is KeyboardInterrupt:
                 raise error
             if error is not None:

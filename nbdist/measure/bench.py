@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..backend.backends import Choice
-from ..cell import cells
+from ..cell import cellerror, cells
 from ..config import TIMEOUTS
 from ..errors import ConfigError, NbdistError
 from ..world.world import World
@@ -137,7 +137,7 @@ def run(session: Benched, s: Spec, sink: list[dict[str, Any]], timeout: float = 
     finally:
         if ns.get(RESULTS_NAME) is sink:
             del ns[RESULTS_NAME]
-    error = cells.error_for(world, outcome)
+    error = cellerror.error_for(world, outcome)
     if error is not None:
         raise error
     return BenchResults(sink)

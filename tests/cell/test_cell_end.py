@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from nbdist.cell import cells, ending
+from nbdist.cell import cellerror, cells, ending
 from nbdist.cell.fingerprint import Checker, differences
 from nbdist.cell.turn import Turn
 from nbdist.errors import CollectiveError, CollectiveMismatchError
@@ -115,7 +115,7 @@ def run_cell(worlds: list[World], first: int, shows: set[int], errors: dict[int,
     cell = step_name(step)
     results: dict[int, dict[str, Any]] = {}
 
-    def body(b: cells.Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+    def body(b: cells.Body) -> cells.Ran:
         if b.world.rank != first:
             counted_in(b.world, keys.ending(cell))
         return capture(b.world.rank, (errors or {}).get(b.world.rank)), None, False
@@ -164,7 +164,7 @@ def test_what_a_rank_that_shows_no_table_reads_per_cell_does_not_grow_with_the_w
         assert worker.captures[1]["outputs"] == capture(1)["outputs"]
         assert [c is None for c in worker.captures] == [i != 1 for i in range(n)]
         assert [c["outputs"] for c in driver.captures] == [capture(i)["outputs"] for i in range(n)]
-        assert worker.distrusted is None and worker.mismatch is None and cells.error_for(worlds[1], worker) is None
+        assert worker.distrusted is None and worker.mismatch is None and cellerror.error_for(worlds[1], worker) is None
         read[n] = results[1]["moved"]
         assert "multi_get" not in read[n]["kinds"], read[n]
         assert sum(results[i]["moved"]["kinds"].get("multi_get", [0])[0] for i in range(n)) <= 3  # start, end, driver
@@ -188,9 +188,9 @@ def test_the_last_to_arrive_finds_a_distrusted_group_and_a_failure_for_every_ran
     worker = results[1]["outcome"]
     assert [c is not None for c in worker.captures] == [False, True, True, False]
     assert worker.captures[2] == full[2]
-    error = cells.error_for(worlds[1], worker)
+    error = cellerror.error_for(worlds[1], worker)
     assert isinstance(error, CollectiveError)
-    assert str(error) == str(cells.error_for(worlds[1], cells.Outcome(worker.number, full)))
+    assert str(error) == str(cellerror.error_for(worlds[1], cells.Outcome(worker.number, full)))
     assert "rank 2 (h, pid 3) raised ValueError: boom" in str(error)
 
 

@@ -45,9 +45,9 @@ def test_a_malformed_failure_is_not_read_as_one_where_the_cell_is_watched(pair, 
     cell = step_name(late.turn())
     late.client.set(late.key(keys.failed(cell)), text)
     assert records.Failure.read(late.client.get_if(late.key(keys.failed(cell)))) is None
-    # The dict face that the end of a cell uses: the winner is this rank's own failure, as a dict.
-    mine = {"rank": 0, "kind": "error", "message": "rank 0 (h, pid 1) raised KeyError: 'x'"}
-    assert watch.publish_failure(late.client, late, cell, mine) == mine
+    # What the end of a cell publishes: the winner is this rank's own failure, which replaces it.
+    mine = records.Failure(0, "error", "rank 0 (h, pid 1) raised KeyError: 'x'")
+    assert watch.publish(late.client, late, cell, mine) == mine
 
 
 def test_a_malformed_plain_cell_failure_is_none_and_a_real_one_after_it_is_found(pair):
@@ -56,5 +56,4 @@ def test_a_malformed_plain_cell_failure_is_none_and_a_real_one_after_it_is_found
     peer.client.set(peer.key(keys.plain_failed(n)), "garbage")
     assert watch.plain_failure(late.client, late, 0) is None
     watch.publish_plain_failure(peer.client, peer, "rank 1 (h, pid 2) ended its cell")
-    assert watch.plain_failure(late.client, late, 0) == {"rank": 1, "kind": "error",
-                                                         "message": "rank 1 (h, pid 2) ended its cell"}
+    assert watch.plain_failure(late.client, late, 0) == records.Failure(1, "error", "rank 1 (h, pid 2) ended its cell")

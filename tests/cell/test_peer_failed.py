@@ -8,10 +8,10 @@ import json
 import pytest
 
 from nbdist.cell.fingerprint import Checker, raise_if_failed
-from nbdist.cell.watch import publish_failure
+from nbdist.cell.watch import publish
 from nbdist.errors import CollectiveMismatchError, PeerFailedError
 from nbdist.world import keys
-from nbdist.world.records import Registration
+from nbdist.world.records import Failure, Registration
 from nbdist.world.store import Server, connect
 from nbdist.world.world import World
 
@@ -24,7 +24,7 @@ def _end_as_cells_does(world: World, error: dict | None) -> None:
     at the end meeting (the first thing its barrier does), which counts it among those that ended."""
     if error is not None:
         message = f"{world.describe(world.rank)} raised {error['ename']}: {error['evalue']}"
-        publish_failure(world.client, world, CELL, {"rank": world.rank, "kind": "error", "message": message})
+        publish(world.client, world, CELL, Failure(world.rank, "error", message))
     world.client.set(world.key(f"{CELL}/out/{world.rank}"),
                      json.dumps({"outputs": [], "result": None, "error": error, "wall": 0.1,
                                 "collectives": {}}))

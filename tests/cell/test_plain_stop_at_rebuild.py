@@ -48,7 +48,7 @@ def test_a_plain_cell_stopped_as_its_first_collectives_rebuild_ends_tells_the_ot
         host.watch_client.close()
     told = plain_failure(waiting.client, waiting, 0)
     assert told is not None, "the stopped rank told nobody: the other waits in its collective for good"
-    assert told["rank"] == stopped.rank and "the stop button" in told["message"], told
+    assert told.rank == stopped.rank and "the stop button" in told.message, told
 
 
 def test_a_plain_cell_that_reached_no_collective_tells_nobody(two_worlds):

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 from typing import Any, TypeVar
 
 from nbdist.backend.backends import Choice
-from nbdist.cell import capture, cells
+from nbdist.cell import capture, cellerror, cells
 from nbdist.cell.stopper import SIGNAL, Stopper
 from nbdist.errors import StoppedError
 from nbdist.session import Session
@@ -71,7 +71,7 @@ class GateStopper(Stopper):
         self._handle(SIGNAL, None)
 
 
-def _no_body(b: cells.Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+def _no_body(b: cells.Body) -> cells.Ran:
     """The body of an explorer's cell: nothing runs (the stop button raises in it, as in a body of the user's);
     the stopper is armed for it and paused after it, as :func:`nbdist.cell.cells.watched_body` does."""
     return _body(b, lambda: None)
@@ -86,7 +86,7 @@ def _comparing_body(raises: str | None = None) -> Callable[[cells.Body], tuple[d
     of no step), as the default group's first all_reduce of a cell is; ``raises``: "before" or "after" that
     collective, the body raises ``ValueError(RAISED)``."""
 
-    def body(b: cells.Body) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+    def body(b: cells.Body) -> cells.Ran:
         def all_reduce() -> None:
             if raises == "before":
                 raise ValueError(RAISED)
@@ -100,7 +100,7 @@ def _comparing_body(raises: str | None = None) -> Callable[[cells.Body], tuple[d
     return body
 
 
-def _body(b: cells.Body, code: Callable[[], None]) -> tuple[dict[str, Any], dict[str, Any] | None, bool]:
+def _body(b: cells.Body, code: Callable[[], None]) -> cells.Ran:
     """Run ``code`` as a body runs: what it raises is the body's error, as its capture records it."""
     error = None
     if b.stopper is not None:
@@ -176,7 +176,7 @@ class Kernel:
             if start_error is not None:
                 raise start_error
             outcome = session.collective(body, cells.Flags(self.timeout, live=False))
-            error = cells.error_for(session.world, outcome)  # as the magic ends the cell, once its table is shown
+            error = cellerror.error_for(session.world, outcome)  # as the magic ends the cell, once its table is shown
             if error is not None:
                 raise error
             return verdicts.GO if outcome.rebuilt is None else verdicts.rebuild(outcome.rebuilt)

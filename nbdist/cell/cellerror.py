@@ -1,0 +1,108 @@
+"""The error a ``%%collective`` ends with on this rank, once its table is shown: a table of rules, first match wins.
+
+Each rule reads the cell's :class:`~nbdist.cell.cells.Outcome` and this rank's own error (its capture's, or None)
+and gives the error, or None to let the next rule decide. Their order is the decision: this rank's own stop comes
+first, then its own error, then the failure that cut the cell short elsewhere (the same nbdist error on every
+rank, or what cut it), then its own error that followed from that, then collectives that did not match, then
+another rank's error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import errors
+from ..errors import (
+    CollectiveError,
+    CollectiveMismatchError,
+    NbdistError,
+    PeerFailedError,
+    PeerLostError,
+    StoppedError,
+    StoreConnectionError,
+)
+from ..world.world import World
+from .cells import Outcome
+from .watch import SERVER
+
+Own = dict[str, Any] | None  # this rank's error, as its capture holds it (None: it raised nothing)
+Rule = Callable[[World, Outcome, Own], BaseException | None]
+
+# Who cut the cell short, when the rank that failed first raised nothing of nbdist's own.
+_CUT_BY: dict[str, type[NbdistError]] = {"lost": PeerLostError, SERVER: StoreConnectionError}
+
+
+def _stopped_here(world: World, outcome: Outcome, own: Own) -> BaseException | None:
+    """This rank's stop button, or ``q`` in its debugger (a driven rank's: the cell ended, not following)."""
+    if not own or not own.get("interrupted"):
+        return None
+    if own.get("ename") == "BdbQuit":
+        return StoppedError(f"{world.describe(world.rank)} quit its debugger (q): the cell ended on every rank")
+    stopped = KeyboardInterrupt()
+    stopped._render_traceback_ = lambda: [  # type: ignore[attr-defined]  # the stop button: one line, no frames
+        "KeyboardInterrupt: this rank's cell was stopped; the other ranks were told (its table is above)"]
+    return stopped
+
+
+def _raised_here(world: World, outcome: Outcome, own: Own) -> BaseException | None:
+    """This rank's own error, not one that followed from a stop elsewhere."""
+    return _own_error(world, own) if own and not own.get("consequence") else None
+
+
+def _cut_by_another(world: World, outcome: Outcome, own: Own) -> BaseException | None:
+    """Another rank's failure cut the cell short: its nbdist error, the same on every rank, or what cut it."""
+    reason = outcome.reason
+    if reason is None or reason.rank == world.rank:
+        return None
+    captures = outcome.captures
+    cause = (captures[reason.rank] or {}).get("error") if 0 <= reason.rank < len(captures) else None
+    same = errors.by_name(cause["ename"]) if cause and not cause.get("consequence") else None
+    if cause and same is not None:
+        return same(cause["evalue"])
+    return _CUT_BY.get(reason.kind, PeerFailedError)(
+        f"{reason.message} (this rank's cell was stopped; its column shows where)")
+
+
+def _followed_here(world: World, outcome: Outcome, own: Own) -> BaseException | None:
+    """This rank's own error that followed from its own stop (nothing cut the cell elsewhere)."""
+    return _own_error(world, own) if own else None
+
+
+def _mismatched(world: World, outcome: Outcome, own: Own) -> BaseException | None:
+    """Collectives that ran but did not match across ranks (seen after the body)."""
+    return CollectiveMismatchError(outcome.mismatch) if outcome.mismatch is not None else None
+
+
+def _failed_elsewhere(world: World, outcome: Outcome, own: Own) -> BaseException | None:
+    """Another rank's error: a stop, nbdist's own error (the same class here), or the user's, named."""
+    failed = [(i, c["error"]) for i, c in enumerate(outcome.captures) if c and c.get("error")]
+    if not failed:
+        return None
+    if any(e.get("interrupted") for _, e in failed):
+        who = ", ".join(world.describe(i) for i, e in failed if e.get("interrupted"))
+        return PeerFailedError(f"{who} interrupted its cell")
+    named = [(cls, e) for _, e in failed
+             if (cls := errors.by_name(e["ename"])) is not None and not e.get("consequence")]
+    if named:
+        cls, first = named[0]
+        return cls(first["evalue"])
+    names = "; ".join(f"{world.describe(i)} raised {e['ename']}: {e['evalue']}" for i, e in failed)
+    return CollectiveError(f"{names} (traceback in its column above)")
+
+
+RULES: tuple[Rule, ...] = (_stopped_here, _raised_here, _cut_by_another, _followed_here, _mismatched,
+                           _failed_elsewhere)
+
+
+def error_for(world: World, outcome: Outcome) -> BaseException | None:
+    """The error this rank's cell must end with, if any (after the table is shown): the first rule's."""
+    own = (outcome.captures[world.rank] or {}).get("error")
+    return next((error for rule in RULES if (error := rule(world, outcome, own)) is not None), None)
+
+
+def _own_error(world: World, own: dict[str, Any]) -> BaseException:
+    cls = errors.by_name(own["ename"])
+    if cls is not None:
+        return cls(own["evalue"])  # nbdist's own error: the same class on every rank
+    return CollectiveError(f"{world.describe(world.rank)} raised {own['ename']}: {own['evalue']}", own["traceback"])
