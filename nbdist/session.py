@@ -348,7 +348,7 @@ class Session:
             gen = self.sync_generation(world, None if align is None else align[0])
             if align is None:
                 self.turn.starts(world, source, lambda step: self.drive.before(
-                    world, self.secret, "collective", source, follow.cell_flags(flags), step=step))
+                    world, self.secret, "collective", source, flags.sent(), step=step))
             else:
                 self.turn.follows(align[1])  # the driver's step, which it runs too
                 if self.guard is not None:

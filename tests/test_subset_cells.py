@@ -15,7 +15,7 @@ import pytest
 
 from nbdist.cell import cells
 from nbdist.cell.fingerprint import peer_of, skipped_message
-from nbdist.drive import follow, kernels
+from nbdist.drive import kernels
 from nbdist.errors import ConfigError, SkippedRanksError, by_name
 from nbdist.world.records import Arrival, CellStart
 from nbdist.world.verdict import Kind
@@ -50,11 +50,11 @@ def test_a_malformed_or_out_of_range_rank_set_is_a_config_error_naming_the_flag(
 
 def test_the_ranks_reach_a_follower_through_json_as_the_same_flags():
     flags = cells.Flags(30.0, check=False, ranks=(0, 1, 3))
-    sent = json.loads(json.dumps(follow.cell_flags(flags)))
+    sent = json.loads(json.dumps(flags.sent()))
     assert sent["ranks"] == [0, 1, 3]
-    again = cells.Flags(**sent)
+    again = cells.Flags.received(sent)
     assert again == flags and again.ranks == (0, 1, 3)
-    assert cells.Flags(**json.loads(json.dumps(follow.cell_flags(cells.Flags(30.0))))).ranks is None
+    assert cells.Flags.received(json.loads(json.dumps(cells.Flags(30.0).sent()))).ranks is None
 
 
 def test_the_ranks_are_compared_across_ranks_and_a_difference_is_refused_naming_each_set():

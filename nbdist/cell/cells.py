@@ -183,8 +183,21 @@ class Flags:
                 object.__setattr__(self, name, tuple(sorted(set(value))))
 
     def compared(self) -> dict[str, Any]:
+        """The flags every rank must give alike, as its record at the cell's start holds them."""
         return {"no_check": not self.check, "allow_different": not self.same_code, "max_time": self.max_time,
                 "trace": self.trace, "ranks": None if self.ranks is None else ranksets.fold(self.ranks)}
+
+    def sent(self) -> dict[str, Any]:
+        """The flags as a driver sends them to its followers (:meth:`received` reads them back). ``live`` is each
+        notebook's own choice, not sent; a follower draws its tables as the driver's ``view`` and ``show`` say."""
+        return {"timeout": self.timeout, "check": self.check, "same_code": self.same_code, "max_time": self.max_time,
+                "trace": self.trace, "ranks": None if self.ranks is None else list(self.ranks), "view": self.view,
+                "show": None if self.show is None else list(self.show)}
+
+    @classmethod
+    def received(cls, value: dict[str, Any]) -> Flags:
+        """A driver's flags as its signed message carries them (:meth:`sent`; the rank lists as JSON lists)."""
+        return cls(**value)
 
 
 def rank_set(text: str | None, world_size: int | None, flag: str = "--ranks") -> tuple[int, ...] | None:

@@ -301,15 +301,6 @@ class Follower:
 _ENDS = (StoreConnectionError, WorldChangedError, JoinError)
 
 
-def cell_flags(flags: cells.Flags) -> dict[str, Any]:
-    """A cell's flags as the driver sends them (``live`` is each notebook's own choice; ``cells.Flags`` makes
-    the ``ranks`` and ``show`` a JSON message carries as lists tuples again). A follower draws its tables
-    as the driver's ``view`` and ``show`` say."""
-    return {"timeout": flags.timeout, "check": flags.check, "same_code": flags.same_code, "max_time": flags.max_time,
-            "trace": flags.trace, "ranks": None if flags.ranks is None else list(flags.ranks), "view": flags.view,
-            "show": None if flags.show is None else list(flags.show)}
-
-
 @dataclass
 class Shows:
     """How a following notebook shows what it runs (the magics' displays)."""
@@ -354,7 +345,7 @@ def run(session: FollowHost, follower: Follower, show: Shows) -> Ended:
                 if show.source is not None:
                     shown = threading.Thread(target=show.source, args=(msg,), daemon=True)
                     shown.start()  # while this rank meets the others: the driver waits for it
-                outcome = session.collective(msg.source, cells.Flags(**msg.flags), align=(msg.gen, msg.number),
+                outcome = session.collective(msg.source, cells.Flags.received(msg.flags), align=(msg.gen, msg.number),
                                              driver=msg.driver, shows_table=show.tables)
             except KeyboardInterrupt as exc:
                 if type(exc) is KeyboardInterrupt:
