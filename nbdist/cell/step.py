@@ -112,10 +112,10 @@ class Plan(Generic[R]):
 
     ``meeting(step)``: what its meeting at that step is; ``closes``: the text a rank that leaves before it was
     counted in closes the step with (its body, or :data:`nbdist.cell.turn.BARRIER`; see :meth:`Turn.abort`);
-    ``claim``: how it takes its number (None: the turn
-    claimed it already, a ``%%collective`` as its cell began); ``build(step)``: how this rank builds the group;
-    ``work``: the body and the end, for a step that runs one; ``stops_after``: a stop held to the step's end
-    stops what follows (a plain cell's rebuild), else it is dropped (nothing is left to stop)."""
+    ``claim``: how it takes its number (None: the turn claimed it already, a ``%%collective`` as its cell
+    began); ``build(step)``: how this rank builds the group; ``work``: the body and the end, for a step that
+    runs one; ``stops_after``: a stop held to the step's end stops what follows (a plain cell's rebuild), else
+    it is dropped (nothing is left to stop)."""
 
     shape: Shape
     meeting: Callable[[int], Meeting]
