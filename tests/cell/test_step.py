@@ -4,7 +4,6 @@ the driver on a real server over real TCP, two worlds in one process."""
 from __future__ import annotations
 
 import ast
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,8 @@ from nbdist.world.gather import Gathering
 from nbdist.world.records import CellStart
 from nbdist.world.verdict import Verdict
 from nbdist.world.world import World, step_name
+
+from .test_turn_replays import in_thread  # a rank in a thread, its return or raise boxed
 
 WAIT = 30.0  # the other rank's wait: a driver that left it waiting would run it out, and the test fail
 GO, REBUILT = verdicts.GO, verdicts.rebuild("rank 1: it has no process group yet")
@@ -92,20 +93,6 @@ def test_a_new_cell_begins_a_turn_from_any_phase_and_a_follower_claims_its_next_
 @pytest.fixture
 def pair(two_worlds):
     return two_worlds  # (rank 0, rank 1), both just joined
-
-
-def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # read by the test
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread, box
 
 
 class Work:
