@@ -16,7 +16,7 @@ import pytest
 from nbdist.cell import cells
 from nbdist.cell.fingerprint import peer_of, skipped_message
 from nbdist.drive import kernels
-from nbdist.errors import ConfigError, SkippedRanksError, by_name
+from nbdist.errors import CollectiveError, ConfigError, SkippedRanksError, by_name
 from nbdist.world.records import Arrival, CellStart
 from nbdist.world.verdict import Kind
 
@@ -86,7 +86,7 @@ def test_the_refusal_names_the_op_the_skipped_ranks_and_the_subgroup_idiom():
 
 
 def test_the_refusal_is_the_same_class_on_every_rank_and_a_collective_error():
-    assert by_name("SkippedRanksError") is SkippedRanksError and issubclass(SkippedRanksError, cells.CollectiveError)
+    assert by_name("SkippedRanksError") is SkippedRanksError and issubclass(SkippedRanksError, CollectiveError)
 
 
 def test_a_send_or_recv_waits_for_its_peer_in_world_ranks():
