@@ -52,8 +52,6 @@ class GroupHost(Protocol):
 
     def require_world(self, what: str) -> World: ...
 
-    def ensure_group(self) -> str | None: ...
-
 
 def build(session: GroupHost, tag: str, step: int | None = None, also: Callable[[], None] | None = None) -> None:
     """Build this world's process group afresh (every rank does it at the same point).
@@ -161,7 +159,7 @@ def restore(session: GroupHost) -> str | None:
     if checker is None or checker.plain:
         on_plain = session.hooks.on_plain
         if checker is not None or on_plain is None or on_plain() is None:  # a plain cell: as its first collective
-            session.ensure_group()
+            ensure(session)
         return "the process group, which the notebook's code had destroyed, was built again with every rank"
     if checker.ranks is not None and set(checker.ranks) != set(range(world.world_size)):
         raise InitProcessGroupError("init_process_group after destroy_process_group in a %%collective --ranks cell: "
