@@ -18,7 +18,7 @@ from .conftest import REAPER, free_port, lend, ok, run_in_background
 SESSION = "get_ipython().magics_manager.registry['DistMagics'].session"
 # Rank 1 skips the all_reduce rank 0 enters: rank 0 hangs in it (--no-check: nbdist's own check would refuse it).
 HANG = "%%collective --no-check\nx = torch.ones(3)\nif RANK == 0:\n    dist.all_reduce(x)\nprint('done', RANK)\n"
-PARTED = ("├─ rank 0", "cell line 4: dist.all_reduce(x)", "└─ rank 1", "barrier  (nbdist/world/world.py")
+PARTED = ("├─ rank 0", "cell line 4: dist.all_reduce(x)", "└─ rank 1", "barrier  (nbdist/world/gather.py")
 MISSING = re.compile(r"the default group: all_reduce #\d+ \(sizes \[\[3\]\]\): rank 0 entered, rank 1 missing")
 
 
@@ -67,7 +67,7 @@ def test_a_hang_in_all_reduce_is_named_by_collective_group_and_missing_rank_and_
     rank0 = tree.split("├─ rank 0")[1].split("└─ rank 1")[0]
     rank1 = tree.split("└─ rank 1")[1]
     assert "cell line 4: dist.all_reduce(x)" in rank0, report
-    assert "barrier  (nbdist/world/world.py" in rank1, report
+    assert "barrier  (nbdist/world/gather.py" in rank1, report
     k.interrupt()  # the stop button ends the stuck cell
     thread.join(120)
     r = box["r"]
