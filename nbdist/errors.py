@@ -105,8 +105,9 @@ class DriveError(NbdistError, RuntimeError):
 
 
 class TurnError(NbdistError, RuntimeError):
-    """nbdist's own turn was asked for a move its diagram does not have (:mod:`nbdist.cell.turn`): a bug in nbdist,
-    never the notebook's code. The step is closed, so no other rank waits for this one."""
+    """nbdist's own turn was asked for a move its diagram does not have (:mod:`nbdist.cell.turn`): a ``%%collective``
+    run inside another's body (the message says so), else a bug in nbdist. The step is closed, so no other rank
+    waits for this one."""
 
 
 class WorkerError(NbdistError, RuntimeError):

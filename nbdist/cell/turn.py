@@ -379,6 +379,9 @@ class Turn:
         peer that could not start this same cell or barrier at that step fails it at once, with its reason, taking
         no step (:func:`refuse_if_peer_did_not_start`); otherwise ``publish(step)`` hands it to this notebook's
         followers, a stop held until it is out whole. Returns the step."""
+        if self.phase not in (Phase.IDLE, Phase.CLAIMED, Phase.DONE):  # the kernel's turn is at another's step
+            raise TurnError(f"a %%collective cannot run inside another %%collective's body (step #{self.step}, "
+                            f"{self.phase.value}): run it as a cell of its own, or as plain code in the body")
         step = self.step if self.phase is Phase.CLAIMED and self.step is not None else world.turn()
         self.claim(step)
         try:

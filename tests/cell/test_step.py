@@ -90,6 +90,16 @@ def test_a_new_cell_begins_a_turn_from_any_phase_and_a_follower_claims_its_next_
     assert (t.phase, t.step) == (Phase.IDLE, None)
 
 
+def test_a_collective_inside_another_collectives_body_is_refused_with_what_to_do_instead():
+    t = Turn()
+    t.phase, t.step = Phase.BODY, 4
+    with pytest.raises(TurnError) as caught:
+        t.starts(None, "x = 1\n", lambda n: None)  # type: ignore[arg-type]  # refused before it reads the world
+    assert str(caught.value) == ("a %%collective cannot run inside another %%collective's body (step #4, body): run "
+                                 "it as a cell of its own, or as plain code in the body")
+    assert (t.phase, t.step) == (Phase.BODY, 4)  # the running cell's turn is left as it was
+
+
 @pytest.fixture
 def pair(two_worlds):
     return two_worlds  # (rank 0, rank 1), both just joined
