@@ -33,6 +33,7 @@ from .cell.kernelturn import KernelTurn
 from .cell.plain import PlainNet
 from .cell.prestart import Window
 from .cell.stopper import Stopper
+from .cell.stops import Stops
 from .cell.turn import Turn
 from .config import HEARTBEAT_INTERVAL, WorldConfig
 from .debug import aids, postmortem
@@ -123,7 +124,7 @@ class Session:
     plain = Held[PlainNet]("cell_turn")
     turn = Held[Turn]("cell_turn")
     prestart = Held[Window]("cell_turn")
-    stop_pressed = Held[bool]("cell_turn")
+    stops = Held[Stops]("cell_turn")
     view = Held[str | None]("cell_turn")
     run_body = Held[Callable[[cells.Body], cells.Ran]]("cell_turn")
     # the drive
@@ -340,9 +341,7 @@ class Session:
         world = self.require_world("%%collective")
         assert self.watch_client is not None
         self.kept.begin()
-        if self.stop_pressed:  # as the cell began (nbdist.cell.prestart): it takes its step, closed (after_cell)
-            self.stop_pressed = False
-            raise KeyboardInterrupt
+        self.stops.start()  # a press as the cell began: it takes its step, closed (after_cell)
         try:
             # A follower takes the generation its driver read a moment ago, and saves a round trip.
             gen = self.sync_generation(world, None if align is None else align[0])

@@ -22,6 +22,7 @@ from .guard import Guard
 from .hooks import Collectives
 from .plain import PlainHost, PlainNet
 from .stopper import Stopper
+from .stops import Stops
 
 
 class Joined(Protocol):
@@ -43,9 +44,9 @@ class KernelTurn:
         # The running cell's turn at its step (nbdist.cell.turn): a %%collective claims the world's next step as
         # the cell begins (its pre_run_cell), even if another rank's same cell closes that step before this one
         # reaches nbdist's code.
-        self.turn = turn.Turn()
-        self.prestart = prestart.Window()  # the stop button just before or after a cell (installed at load)
-        self.stop_pressed = False  # pressed in the gap just before this cell began: a %%collective stops at once
+        self.stops = Stops()  # the kernel's stop state, from a press between cells to where the turn takes it
+        self.turn = turn.Turn(self.stops)
+        self.prestart = prestart.Window(self.stops)  # the stop button just before or after a cell (installed at load)
         self.view: str | None = None  # %dist_config view=: how this notebook draws tables (None: by the ranks)
         self.run_body = cells.watched_body  # how a %%collective's body runs (the interleaving explorer's has none)
 
@@ -97,7 +98,7 @@ class KernelTurn:
         with the reason instead of waiting at the step after it.
         """
         late = self.prestart.started()
-        stops = self.turn.stops
+        stops = self.stops
         raw = getattr(info, "raw_cell", "") or ""
         # A press while this runs would raise inside IPython's event loop, which swallows it: hold it for the cell.
         with stops.held(take=False):
@@ -109,8 +110,7 @@ class KernelTurn:
                 if self.guard is not None:
                     self.guard.new_cell()
                     self.guard.running = True
-        self.stop_pressed = late or stops.pressed or self.stop_pressed
-        stops.drop()
+        stops.began(late)
 
     def after_cell(self, result: Any) -> None:
         """IPython's post_run_cell event: a %%collective stopped before its turn still takes it, closed.
@@ -123,7 +123,7 @@ class KernelTurn:
         error = getattr(result, "error_before_exec", None) or getattr(result, "error_in_exec", None)
         self.plain.end(error)
         self.prestart.ended()
-        self.stop_pressed = False
+        self.stops.ended()
         self.stopper.reset()  # not disarm(): an arm whose disarm a stop cut short must not outlive the cell
         if self.guard is not None:
             self.guard.running = False

@@ -7,7 +7,8 @@ press that lands before IPython's ``pre_run_cell`` event, or after
 kernel" and sends no reply, and nbdist never learns that a ``%%collective``
 will not take its step, so the other ranks wait for it until their --timeout.
 
-:class:`Window` takes those two gaps over: there a press is only recorded. One
+:class:`Window` takes those two gaps over: there a press is only recorded (in the kernel's
+:class:`~nbdist.cell.stops.Stops`). One
 recorded before the cell is transformed makes the cell raise KeyboardInterrupt
 as its first statement (:meth:`Window.transform`), which is what the press
 meant; a ``%%collective`` so stopped closes its step (the session's
@@ -25,6 +26,8 @@ import signal
 import threading
 from typing import Any
 
+from .stops import Stops
+
 log = logging.getLogger(__name__)
 
 RAISE = "raise KeyboardInterrupt  # nbdist: the stop button was pressed before this cell started\n"
@@ -33,8 +36,8 @@ RAISE = "raise KeyboardInterrupt  # nbdist: the stop button was pressed before t
 class Window:
     """One kernel's guard over the gaps around its cells (see the module docstring); install once per kernel."""
 
-    def __init__(self) -> None:
-        self.pending = False  # a press recorded in a gap, not yet handed to a cell
+    def __init__(self, stops: Stops) -> None:
+        self.stops = stops  # the kernel's stop state: a press in a gap is recorded there (Stops.between)
         self._raised = False  # the cell about to start was turned into a raise of that press
         self._depth = 0  # cells running (a %%dist_init body runs a cell inside the user's)
         self._kernel: Any = None
@@ -57,7 +60,7 @@ class Window:
             self._record_presses()
 
         def post_handler_hook() -> None:
-            self.pending, self._raised, self._depth = False, False, 0  # the request is over
+            self.stops.between, self._raised, self._depth = False, False, 0  # the request is over
             post()
 
         kernel.pre_handler_hook, kernel.post_handler_hook = pre_handler_hook, post_handler_hook
@@ -80,7 +83,7 @@ class Window:
             signal.signal(signal.SIGINT, self._record)
 
     def _record(self, signum: int, frame: Any) -> None:
-        self.pending = True
+        self.stops.between = True
         log.debug("nbdist: a stop press between cells, handed to the next cell")
 
     def transform(self, lines: list[str]) -> list[str]:
@@ -89,7 +92,7 @@ class Window:
         The press stays recorded until the cell starts: ipykernel transforms a cell once for itself
         (``should_run_async``) before IPython transforms it again to run it.
         """
-        if not self.pending or self._depth:
+        if not self.stops.between or self._depth:
             return lines
         self._raised = True
         return [RAISE]
@@ -100,8 +103,8 @@ class Window:
         self._depth += 1
         if self._depth == 1 and self._kernel is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.default_int_handler)
-        late = self.pending and not self._raised
-        self.pending = self._raised = False
+        late = self.stops.between and not self._raised
+        self.stops.between = self._raised = False
         return late
 
     def ended(self) -> None:

@@ -147,9 +147,7 @@ def _run(turn: Turn, world: World, plan: Plan[R]) -> R | None:
     while (action := next_action(turn.phase, plan.shape, opened)) is not Action.FINISH:
         if action is Action.MEET:
             assert turn.step is not None
-            opened, stopped = turn.meet(world, plan.meeting(turn.step))
-            if stopped is not None:
-                turn.stops.keep(stopped)  # every rank goes on: it stops what follows (see the module docstring)
+            opened = turn.meet(world, plan.meeting(turn.step))  # a stop kept there stops what follows (above)
         elif action is Action.BUILD:
             turn.enter(Phase.BUILDING)  # every rank arrived, and builds: so does this one, whatever it holds
             assert plan.build is not None and turn.step is not None, "a step that builds says how"

@@ -1,5 +1,9 @@
 """Ending the running cell from a watcher thread: a signal to the main thread, whose handler raises there.
 
+One of the inputs of a rank's stop state (:mod:`nbdist.cell.stops`): while a body runs, the stop a watcher sends
+(``--max-time``, a stop of every rank, a collective the others did not issue) is raised in it, as the stop
+button's press is.
+
 A thread cannot raise in another; a signal handler runs on the main thread,
 between two bytecodes, and interrupts a blocking sleep or wait as the stop
 button does. nbdist uses SIGUSR2 for this, armed only while a cell of the

@@ -1,4 +1,4 @@
-"""One rank's turn at a step: its phases, the stop button while nbdist's own part runs, and how a step ends early.
+"""One rank's turn at a step: its phases, and how a step ends early.
 
 Every ``%%collective``, ``%dist_barrier`` and rebuild of the process group is a numbered step of
 the world (:mod:`nbdist.world.world`). One rank's part in a step goes through these phases::
@@ -28,7 +28,7 @@ phase (:func:`closing`): a rank stopped before it was counted in closes the step
 body, so a rank late to the same cell fails at once with its reason instead of waiting at the next step
 (:func:`refuse_if_peer_did_not_start`); a follower that refuses a driven cell closes the step the cell was
 sent for in the same way (:func:`refuse_sent`). While nbdist's own part of a step runs, the stop button is *held*
-(:class:`StopButton`): a press is recorded, and taken where the turn can act on it, never between
+(:class:`~nbdist.cell.stops.Stops`): a press is recorded, and taken where the turn can act on it, never between
 two store calls: at the meeting's wait (which closes the meeting), before the body (the body ends
 interrupted, and the others are told) or at the end's wait. A rebuild that every rank started is
 finished first: stopping one rank inside it would leave the others waiting in torch's set-up.
@@ -40,27 +40,24 @@ import contextlib
 import enum
 import hashlib
 import logging
-import signal
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import (
     CellMismatchError,
     DriveError,
     NbdistError,
     PeerFailedError,
-    StopRequest,
     StoreConnectionError,
     TurnError,
     WaitTimeout,
 )
 from ..world import gather, keys, records
-from ..world.gather import BarrierRefused, Gathering, StoppedAfterOpen
+from ..world.gather import BarrierRefused, Gathering
 from ..world.records import Note
 from ..world.verdict import Verdict
 from ..world.world import World, step_name
+from .stops import Stops
 from .watch import publish
 
 log = logging.getLogger(__name__)
@@ -187,101 +184,13 @@ def left_early(event: CellEnded) -> Leaving | None:
     return Leaving(reason, interrupted, event.body)
 
 
-class StopButton:
-    """The stop button while nbdist's own part of a step runs: held (recorded), then taken where the turn decides.
-
-    On the main thread of a kernel the press is SIGINT, whose handler is swapped for a recorder inside
-    :meth:`held`; elsewhere (a test's or the explorer's simulated ranks) :meth:`press` stands for it. A stop that
-    nbdist sends (a :class:`~nbdist.errors.StopRequest`: the driver's stop at a follower, ``%dist_stop``,
-    ``--max-time``) can be held the same way (:meth:`keep`), and is taken as itself, never as a press.
-    """
-
-    def __init__(self) -> None:
-        self._held: KeyboardInterrupt | None = None  # what :meth:`check` raises
-        self._depth = 0
-        self._saved: Any = None
-
-    @property
-    def pressed(self) -> bool:
-        return self._held is not None
-
-    @property
-    def holding(self) -> bool:
-        """Whether a press is recorded now rather than raised (nbdist's own part of a step runs)."""
-        return self._depth > 0
-
-    def press(self, *_: Any) -> None:
-        if self._held is None:
-            self._held = KeyboardInterrupt()
-
-    def keep(self, stop: KeyboardInterrupt) -> None:
-        """Hold ``stop``, which landed where it could not be raised (once every rank had arrived at a meeting):
-        the stop button's press, or a stop nbdist sent, which :meth:`check` raises with its kind and message."""
-        self._held = stop if isinstance(stop, StopRequest) else KeyboardInterrupt()
-
-    def drop(self) -> None:
-        """Forget a held press: what it would have stopped has ended."""
-        self._held = None
-
-    def check(self) -> None:
-        """Take a held press: KeyboardInterrupt, as the stop button itself raises (or the stop :meth:`keep` held)."""
-        if self._held is not None:
-            stop, self._held = self._held, None
-            raise stop.with_traceback(None)
-
-    @contextlib.contextmanager
-    def held(self, take: bool = True) -> Iterator[None]:
-        """Hold the stop button for the block; a press left untaken raises KeyboardInterrupt as the block ends
-        (``take`` False: it stays in :attr:`pressed` for the caller, who must not raise where it is)."""
-        self._depth += 1
-        if self._depth == 1:
-            self._held = None
-            self._record()
-        try:
-            yield
-        except BaseException:
-            self._leave()
-            raise  # the block ends anyway: a press held meanwhile is part of its end
-        self._leave()
-        if self._depth == 0 and take:
-            self.check()
-
-    @contextlib.contextmanager
-    def released(self) -> Iterator[None]:
-        """Let the stop button raise again for the block (a body of the user's); a press held so far raises first."""
-        self.check()
-        restore = self._depth > 0 and self._on_main()
-        if restore:
-            signal.signal(signal.SIGINT, self._saved)
-        try:
-            yield
-        finally:
-            if restore:
-                signal.signal(signal.SIGINT, self.press)
-
-    def _record(self) -> None:
-        if self._on_main():
-            saved = signal.signal(signal.SIGINT, self.press)
-            self._saved = saved if callable(saved) else signal.default_int_handler
-
-    def _leave(self) -> None:
-        self._depth -= 1
-        if self._depth == 0 and self._on_main() and self._saved is not None:
-            signal.signal(signal.SIGINT, self._saved)
-            self._saved = None
-
-    @staticmethod
-    def _on_main() -> bool:
-        return threading.current_thread() is threading.main_thread()
-
-
 class Turn:
     """One rank's turn at the step its running cell takes (one per kernel; see the module docstring)."""
 
-    def __init__(self, stops: StopButton | None = None) -> None:
+    def __init__(self, stops: Stops | None = None) -> None:
         self.phase = Phase.IDLE
         self.step: int | None = None
-        self.stops = StopButton() if stops is None else stops  # one per kernel: its turns share it
+        self.stops = Stops() if stops is None else stops  # one per kernel: its turns share it
 
     def _move(self, phase: Phase) -> None:
         if (self.phase, phase) not in EDGES:
@@ -306,11 +215,11 @@ class Turn:
     def done(self) -> None:
         self._move(Phase.DONE)
 
-    def meet(self, world: World, meeting: Meeting) -> tuple[Verdict, KeyboardInterrupt | None]:
+    def meet(self, world: World, meeting: Meeting) -> Verdict:
         """Meet the others at this turn's step (:func:`nbdist.world.gather.meet`), taking held presses where
-        the turn must: the verdict it opened with, and the stop that came once every rank had arrived, if one did
-        (the caller goes as far as every rank must, a rebuild, then takes it: :meth:`StopButton.keep`). A refusal
-        is a CellMismatchError."""
+        the turn must: the verdict it opened with. A stop that came once every rank had arrived is kept for what
+        follows (:meth:`Stops.keep`: the caller goes as far as every rank must, a rebuild, then takes it). A
+        refusal is a CellMismatchError."""
         assert self.step is not None, "the turn claims its step first"
         self.enter(Phase.ARRIVING)
         def tick() -> None:
@@ -321,9 +230,8 @@ class Turn:
         try:
             arrival = records.Arrival(meeting.kind, meeting.label, meeting.cell)
             return gather.meet(world, self.step, arrival, meeting.timeout, verdict=meeting.verdict, on_tick=tick,
-                               working=meeting.working, on_missed=meeting.on_missed, on_arrive=self.arrived), None
-        except StoppedAfterOpen as stop:
-            return stop.verdict, stop.stop
+                               working=meeting.working, on_missed=meeting.on_missed, on_arrive=self.arrived,
+                               on_late_stop=self.stops.keep)
         except BarrierRefused as exc:
             self.done()  # every rank was refused alike: nothing to close
             raise CellMismatchError(str(exc)) from None

@@ -32,19 +32,6 @@ class BarrierRefused(Exception):
     """The last rank to arrive refused to open a barrier; the message says why (see ``verdict``)."""
 
 
-class StoppedAfterOpen(KeyboardInterrupt):
-    """A stop reached a step's meeting only after every rank had arrived: the others go on with ``verdict``.
-
-    The stop belongs to what follows the meeting (its caller decides where it lands: a rebuild that
-    every rank started must finish first). Raised only at a step's meeting (:attr:`Gathering.step`);
-    ``stop`` is what landed, to be raised as it came.
-    """
-
-    def __init__(self, verdict: Verdict, stop: KeyboardInterrupt) -> None:
-        super().__init__()
-        self.verdict, self.stop = verdict, stop  # ``stop``: what landed (the stop button's, or a stop nbdist sent)
-
-
 @dataclass(frozen=True)
 class Gathering:
     """One barrier, as data: its ``name`` under the round, its ``label`` for people, and how long it waits.
@@ -54,8 +41,9 @@ class Gathering:
     barrier (running the cell's body, say): ``timeout`` does not count for such a rank while its heartbeat lives;
     ``on_tick``: the caller's check in every slice of the wait; ``then``: what this rank's note reads as once the
     barrier opened (:meth:`World.last`), "passed LABEL" if not given; ``step``: the barrier is step ``step``'s
-    meeting (:func:`meet`): opening or closing it takes that turn, and a stop that lands once every rank arrived
-    is raised as :class:`StoppedAfterOpen` for the turn to place (elsewhere it is raised as it came).
+    meeting (:func:`meet`): opening or closing it takes that turn; ``late_stop``: where a stop that lands once
+    every rank arrived goes, the others going on (the turn keeps it for what follows the meeting: a rebuild that
+    every rank started must finish first); without it, it is raised as it came.
     """
 
     name: str
@@ -67,6 +55,7 @@ class Gathering:
     on_tick: Callable[[], None] | None = None
     then: str | None = None
     step: int | None = None
+    late_stop: Callable[[KeyboardInterrupt], None] | None = None
 
 
 def missed(world: World, n: int) -> str | None:
@@ -86,7 +75,8 @@ def meet(world: World, n: int, arrival: Arrival, timeout: float,
          on_tick: Callable[[], None] | None = None,
          working: Callable[[int, Note | None], bool] | None = None,
          on_missed: Callable[[str], None] | None = None,
-         on_arrive: Callable[[], None] | None = None) -> Verdict:
+         on_arrive: Callable[[], None] | None = None,
+         on_late_stop: Callable[[KeyboardInterrupt], None] | None = None) -> Verdict:
     """Meet every rank at step ``n``; returns the verdict it opened with (see :func:`barrier`).
 
     ``arrival`` says what step this rank reached (its kind: "cell", "barrier", "rebuild", and its label):
@@ -94,7 +84,8 @@ def meet(world: World, n: int, arrival: Arrival, timeout: float,
     with its label. Where the kinds agree, ``verdict`` decides from every rank's arrival (in rank order),
     as the last rank to arrive reads them. ``on_missed`` is told, before the wait, of steps the world
     took without this rank (see :func:`missed`); ``on_arrive``, once its record is in and just before
-    it is counted in (it may raise: then nothing closes the meeting here, and the caller does).
+    it is counted in (it may raise: then nothing closes the meeting here, and the caller does);
+    ``on_late_stop``: where a stop that lands once every rank arrived goes (:attr:`Gathering.late_stop`).
     """
     name = step_name(n)
     went_by = missed(world, n)
@@ -125,7 +116,7 @@ def meet(world: World, n: int, arrival: Arrival, timeout: float,
     if on_arrive is not None:
         on_arrive()  # this rank is counted in next: what raises here leaves the meeting as it was
     return barrier(world, Gathering(keys.arrival(n), arrival.label, timeout, verdict=decide, working=working,
-                                    on_tick=on_tick, step=n))
+                                    on_tick=on_tick, step=n, late_stop=on_late_stop))
 
 
 def barrier(world: World, g: Gathering) -> Verdict:
@@ -158,9 +149,10 @@ def barrier(world: World, g: Gathering) -> Verdict:
         if leave is Leave.STOPPED_AFTER_OPEN:
             # Every rank arrived before the stop could close it: they go on, so the stop is what follows'.
             assert state is not None
-            if g.step is not None:
-                raise StoppedAfterOpen(state, exc) from None
-            raise
+            if g.late_stop is None:
+                raise
+            g.late_stop(exc)
+            return state
         _note_gave_up(world, g.label, "the stop button" if user else str(exc))
         if user:  # the stop button: its message, not nbdist's frames
             exc._render_traceback_ = lambda: [f"KeyboardInterrupt: stopped waiting at {g.label}; the other "  # type: ignore[attr-defined]

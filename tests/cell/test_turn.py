@@ -1,9 +1,7 @@
-"""One rank's turn at a step (nbdist.cell.turn) and the meetings' verdicts (nbdist.world.verdict): pure decisions,
-and the stop button held for real (SIGINT on this process's main thread)."""
+"""One rank's turn at a step (nbdist.cell.turn) and the meetings' verdicts (nbdist.world.verdict): pure decisions (the
+stop state: tests/cell/test_stops.py)."""
 
 from __future__ import annotations
-
-import signal
 
 import pytest
 from IPython.core.error import UsageError
@@ -14,8 +12,6 @@ from nbdist.cell.turn import (
     LateStart,
     Leaving,
     Phase,
-    StopButton,
-    Turn,
     body_digest,
     closing,
     late_refusal,
@@ -68,39 +64,6 @@ def test_what_a_rank_leaving_its_step_writes_depends_on_its_phase_alone(phase, e
 def test_a_held_stop_is_taken_everywhere_but_inside_a_rebuild_and_at_the_body_s_end():
     taken = {phase for phase in Phase if takes_stop(phase)}
     assert taken == {Phase.IDLE, Phase.CLAIMED, Phase.ARRIVING, Phase.MEETING, Phase.BODY}
-
-
-def test_the_stop_button_is_held_in_nbdists_part_and_raises_where_the_turn_takes_it():
-    stops = StopButton()
-    with pytest.raises(KeyboardInterrupt):
-        with stops.held():
-            signal.raise_signal(signal.SIGINT)  # the stop button: recorded, not raised here
-            assert stops.pressed
-            marker = "went on"  # the statement after the press ran
-    assert marker == "went on"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
-    turn = Turn(stops)
-    with stops.held():
-        turn.claim(3)
-        turn.enter(Phase.ARRIVING)
-        turn.arrived()
-        signal.raise_signal(signal.SIGINT)
-        turn.enter(Phase.BUILDING)  # held through a rebuild
-        with pytest.raises(KeyboardInterrupt):
-            turn.enter(Phase.BODY)
-        with stops.released():  # the body: the stop button raises at once
-            with pytest.raises(KeyboardInterrupt):
-                signal.raise_signal(signal.SIGINT)
-        assert not stops.pressed
-
-
-def test_a_press_held_while_a_cell_begins_is_left_to_the_caller():
-    stops = StopButton()
-    with stops.held(take=False):
-        signal.raise_signal(signal.SIGINT)
-    assert stops.pressed  # IPython's pre_run_cell would swallow a raise: the cell takes it (finding F4)
-    stops.drop()
-    assert not stops.pressed
 
 
 @pytest.mark.parametrize(("raw", "error", "expected"), [

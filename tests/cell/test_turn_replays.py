@@ -168,7 +168,7 @@ def test_f4_a_stop_as_a_collective_cell_begins_is_kept_for_the_cell(pair):
     try:
         session.before_cell(info)
         assert stopped.client.pressed == 1
-        assert session.stop_pressed and session.turn.step == n
+        assert session.stops.at_start and session.turn.step == n
         with pytest.raises(KeyboardInterrupt) as caught:
             session.collective(BODY, cells.Flags(WAIT))
         session.after_cell(SimpleNamespace(info=info, error_before_exec=None, error_in_exec=caught.value))
@@ -252,9 +252,10 @@ def test_f6_a_stop_of_every_rank_just_after_a_cell_opened_stays_that_stop_not_th
 
 def test_f7_a_stop_of_every_rank_just_after_a_collectives_comparison_opened_is_raised_as_it_came(pair):
     """The same stop landing as the last rank opens a collective's comparison in the body (a barrier of no step):
-    the body raises that stop, as it would a moment later, not the meeting's ``StoppedAfterOpen``, which the capture
-    took for the stop button. The soak met it (seed 336, driven, fuzzed, a stop of every rank): a follower
-    whose own record said "interrupted" stopped following, and every later cell of its driver waited for it."""
+    the body raises that stop, as it would a moment later, not a stand-in the capture would take for the stop
+    button (only a step's meeting keeps such a stop for what follows: ``Gathering.late_stop``). The soak met it
+    (seed 336, driven, fuzzed, a stop of every rank): a follower whose own record said "interrupted" stopped
+    following, and every later cell of its driver waited for it."""
     waiting, stopped = pair
     base = keys.compared(step_name(stopped.turn()), "0", 1)
     compared = Gathering(base, "collective #1 (all_reduce) of this cell", WAIT)

@@ -6,7 +6,7 @@ IPython swallows); its ``%dist_barrier`` is ``Session.barrier``, its ``%dist_sta
 kernel adds around the protocol is left out: the hang report, the body (nothing runs, so no watcher;
 :attr:`Session.run_body`; or, where a scenario asks, one collective's comparison with the others) and the process
 group (every rank holds one it trusts, :class:`Trusted`). The stop button is what a SIGINT does on a kernel's main
-thread: recorded while nbdist holds it (:class:`nbdist.cell.turn.StopButton`), raised where it lands otherwise. A
+thread: recorded while nbdist holds it (:class:`nbdist.cell.stops.Stops`), raised where it lands otherwise. A
 stop that nbdist sends (the driver's stop at a follower, ``%dist_stop``, ``--max-time``: a watcher's
 :class:`~nbdist.errors.StopRequest`) goes through the kernel's real :class:`~nbdist.cell.stopper.Stopper`, whose
 signal's handler raises it on the main thread while the stopper is armed (from ``pre_run_cell`` to the end of a
