@@ -150,7 +150,7 @@ class Session:
         torch_npu reads some variables once per process (:data:`nbdist.backend.envplan.READ_ONCE`); set now,
         they are in place however the notebook goes on.
         """
-        setup.prepare(self)
+        setup.prepare(self.backend)
 
     def init(self, cfg: WorldConfig, on_status: Callable[[Any], None] | None = None,
              keep_workers: bool = False) -> list[dict[str, Any]]:
@@ -161,7 +161,7 @@ class Session:
         self.leave()
         self.workers = workers
         self.backend.choose(cfg)
-        setup.apply_plan(self, cfg)
+        setup.apply_plan(self.backend, cfg)
         self.backend.note_plan(rebuild.BUILT_HCCL)
         import torch
 
@@ -200,10 +200,10 @@ class Session:
         if problems:
             self.world = None
             raise JoinError("; ".join(problems) + ". Use the same values in every notebook, then re-run %%dist_init")
-        setup.route_around_tunnel(self, cfg)
-        setup.settle_devices(self)
-        setup.set_environment(self, cfg)
-        setup.set_threads(self)
+        setup.route_around_tunnel(self.backend, world, cfg, hosting=self.server is not None and self.server.running)
+        setup.settle_devices(self.backend, world)
+        setup.set_environment(self.backend, cfg)
+        setup.set_threads(self.backend)
         self.cell_turn.join(self.pg_timeout)
         self.user_init.install(self._formed, lambda: rebuild.restore(self))
         self.cell_turn.start_guard(client.clone(op_timeout=5.0), world.key, cfg.rank, self.id)
@@ -252,7 +252,7 @@ class Session:
 
     def plan_for(self, cfg: WorldConfig, backend: str) -> list[envplan.EnvVar]:
         """The environment plan for ``backend`` on this host (:func:`nbdist.backend.setup.plan_for`)."""
-        return setup.plan_for(self, cfg, backend)
+        return setup.plan_for(self.backend, cfg, backend, joined=self.world is not None)
 
     def environ_for_config(self) -> dict[str, str]:
         """The environment as the user set it: values nbdist itself set are left out."""

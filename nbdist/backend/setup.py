@@ -3,7 +3,8 @@
 :func:`prepare` runs at ``%load_ext`` (what must be set before torch or torch_npu reads it); at each
 ``%%dist_init``, :func:`apply_plan` sets the environment plan for the chosen backend, and once the world
 formed :func:`route_around_tunnel`, :func:`settle_devices`, :func:`set_environment` and :func:`set_threads`
-finish it. They work on the part of :class:`nbdist.session.Session` that :class:`Backend` names.
+finish it. They work on the kernel's :class:`~nbdist.backend.state.BackendState`, and are handed the world
+where they need it.
 """
 
 from __future__ import annotations
@@ -12,35 +13,15 @@ import logging
 import os
 import sys
 from dataclasses import replace
-from typing import Any, Protocol
 
 from ..config import WorldConfig
 from ..errors import ConfigError
 from ..world import keys, netinfo
 from ..world.world import World
 from . import backends, cpplog, envplan, threads, tunnel
-from .environ import Environ
+from .state import BackendState
 
 log = logging.getLogger(__name__)
-
-
-class Backend(Protocol):
-    """What these functions read and set: the kernel's backend state (held by the session)."""
-
-    world: World | None
-    server: Any
-    choice: backends.Choice | None
-    device: Any
-    local_rank: int
-    env_plan: list[envplan.EnvVar]
-    environ: Environ
-    pg_timeout: float
-    npu_seen: dict[str, str | None] | None
-    npu_seen_when: str
-    notes: list[str]
-    cpplog_note: str | None
-    around_tunnel: envplan.EnvVar | None
-    threads_before: int | None
 
 
 def env_lines(plan: list[envplan.EnvVar]) -> list[str]:
@@ -48,7 +29,7 @@ def env_lines(plan: list[envplan.EnvVar]) -> list[str]:
     return [f"{v.key}={v.value}  # {v.source}" for v in plan if v.value is not None]
 
 
-def prepare(b: Backend) -> None:
+def prepare(b: BackendState) -> None:
     """At ``%load_ext``: what can be set before the master is known, before torch_npu reads it."""
     usable, _, facts = backends.npu_status()
     b.notes = backends.guard_torch_import(facts)
@@ -68,8 +49,9 @@ def prepare(b: Backend) -> None:
     b.environ.early.update(values)
 
 
-def plan_for(b: Backend, cfg: WorldConfig, backend: str) -> list[envplan.EnvVar]:
-    """The environment plan for ``backend`` on this host (values nbdist set earlier are not the user's)."""
+def plan_for(b: BackendState, cfg: WorldConfig, backend: str, joined: bool) -> list[envplan.EnvVar]:
+    """The environment plan for ``backend`` on this host (values nbdist set earlier are not the user's);
+    ``joined``: the kernel is in a world, whose interface around a tunnel (if one was chosen) stays."""
     try:
         route = netinfo.route_to(cfg.master_addr, cfg.master_port)
     except OSError as exc:
@@ -78,25 +60,26 @@ def plan_for(b: Backend, cfg: WorldConfig, backend: str) -> list[envplan.EnvVar]
     if npu is None and backend == "hccl":
         npu = backends.npu_status(count=False)[2]
     variables = envplan.plan(backend, route, b.environ.as_user_set(), cfg.env, cfg.debug, npu)
-    chosen = b.around_tunnel if b.world is not None else None
+    chosen = b.around_tunnel if joined else None
     if chosen is not None and tunnel.is_loopback(route.local_ip):  # as at this world's join
         variables = [chosen if v.key == chosen.key and v.source == "nbdist" else v for v in variables]
     return variables
 
 
-def apply_plan(b: Backend, cfg: WorldConfig) -> None:
-    """The chosen backend's plan: its variables set, the process group's timeout from it."""
+def apply_plan(b: BackendState, cfg: WorldConfig) -> None:
+    """The chosen backend's plan, as the kernel joins a world: its variables set, the process group's timeout from
+    it."""
     assert b.choice is not None
-    b.env_plan = plan_for(b, cfg, b.choice.backend)
+    b.env_plan = plan_for(b, cfg, b.choice.backend, joined=False)
     b.pg_timeout = envplan.process_group_timeout(b.choice.backend, b.env_plan, cfg.pg_timeout)
     b.environ.set({var.key: var.value for var in b.env_plan if var.value is not None})
 
 
-def route_around_tunnel(b: Backend, cfg: WorldConfig) -> None:
-    """Behind a tunnel or proxy to the master, advertise the interface that routes to the peers (backend.tunnel)."""
-    world, choice = b.world, b.choice
-    assert world is not None and choice is not None
-    hosting = b.server is not None and b.server.running
+def route_around_tunnel(b: BackendState, world: World, cfg: WorldConfig, hosting: bool) -> None:
+    """Behind a tunnel or proxy to the master, advertise the interface that routes to the peers (backend.tunnel);
+    ``hosting``: this kernel runs the world's store server."""
+    choice = b.choice
+    assert choice is not None
     chosen, note, addr = tunnel.detour(world.registrations(), world.rank, choice.backend, b.env_plan, cfg.master_addr,
                                        hosting, world.describe)
     b.around_tunnel = chosen
@@ -114,23 +97,23 @@ def route_around_tunnel(b: Backend, cfg: WorldConfig) -> None:
     world.client.set(world.key(keys.rank(world.rank)), mine.to_json())  # for those who read it again
 
 
-def settle_devices(b: Backend) -> None:
+def settle_devices(b: BackendState, world: World) -> None:
     """Default devices follow the local rank: the index among ranks on the same host."""
-    assert b.world is not None and b.choice is not None
+    assert b.choice is not None
     seen: dict[str, int] = {}
-    for i, info in enumerate(b.world.ranks):
+    for i, info in enumerate(world.ranks):
         local = seen.get(info.node, 0)
         seen[info.node] = local + 1
-        if i == b.world.rank:
+        if i == world.rank:
             b.local_rank = local
         if not info.device_chosen and ":" in info.device:
-            b.world.ranks[i] = replace(info, device=f"{info.device.split(':')[0]}:{local}")
-    mine = b.world.ranks[b.world.rank]
+            world.ranks[i] = replace(info, device=f"{info.device.split(':')[0]}:{local}")
+    mine = world.ranks[world.rank]
     b.choice = backends.Choice(b.choice.backend, mine.device, b.choice.reason)
     b.device = backends.activate(b.choice)
 
 
-def set_environment(b: Backend, cfg: WorldConfig) -> None:
+def set_environment(b: BackendState, cfg: WorldConfig) -> None:
     """The variables torchrun would set, for code that reads them."""
     b.environ.set({
         "RANK": str(cfg.rank),
@@ -141,7 +124,7 @@ def set_environment(b: Backend, cfg: WorldConfig) -> None:
     })
 
 
-def set_threads(b: Backend) -> None:
+def set_threads(b: BackendState) -> None:
     """One torch thread per rank, as torchrun gives, unless the user set OMP_NUM_THREADS (backend.threads)."""
     count = threads.plan(b.environ.as_user_set())
     if count is None:

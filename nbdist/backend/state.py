@@ -1,8 +1,8 @@
 """One kernel's backend state: what it chose, planned and set as it joined a world, and what it puts back.
 
 The session holds one :class:`BackendState` for the kernel's life; :mod:`nbdist.backend.setup` fills it in
-as the rank joins (through the session, which :class:`nbdist.backend.setup.Backend` names), and leaving a
-world puts back what it changed (:meth:`BackendState.leave`).
+as the rank joins (the session hands it this state, and the world where it needs it), and leaving a world puts
+back what it changed (:meth:`BackendState.leave`).
 """
 
 from __future__ import annotations
