@@ -139,6 +139,8 @@ class Session:
         self.link = StoreLink()
         self.backend = BackendState()
         self.cell_turn = KernelTurn(self.link, self)
+        # What building the process group needs: the session's parts, not the session (nbdist.cell.rebuild).
+        self.group = rebuild.Parts(self.link, self.backend, self.cell_turn.hooks, self.cell_turn.turn)
         self.driving = KernelDrive(self.id)
         self.kept = postmortem.Kept()  # this rank's last failed %%collective body, for %dist_pdb
         self.aids = aids.Aids(self.secret, lambda: self.pg_timeout)  # breakpoints, where a hung cell's ranks were
@@ -205,7 +207,7 @@ class Session:
         setup.set_environment(self.backend, cfg)
         setup.set_threads(self.backend)
         self.cell_turn.join(self.pg_timeout)
-        self.user_init.install(self._formed, lambda: rebuild.restore(self))
+        self.user_init.install(self._formed, lambda: rebuild.restore(self.group))
         self.cell_turn.start_guard(client.clone(op_timeout=5.0), world.key, cfg.rank, self.id)
         world.last_turn = world.turn() - 1  # the steps before this rank joined are not ones it missed
         if world.replaced is None:
@@ -266,15 +268,15 @@ class Session:
 
     def rebuild_process_group(self, tag: str, step: int | None = None) -> None:
         """Build this world's process group afresh, as every rank does at the same point (:mod:`.cell.rebuild`)."""
-        rebuild.build(self, tag, step)
+        rebuild.build(self.group, tag, step)
 
     def group_state(self, world: World, gen: int) -> dict[str, Any]:
         """This rank's process-group state as the others judge it at a step (:func:`.cell.rebuild.state`)."""
-        return rebuild.state(self, world, gen)
+        return rebuild.state(self.debug, world, gen)
 
     def ensure_group(self) -> str | None:
         """Before a plain cell's first collective: rebuild with every rank if the group is not trusted; why, or None."""
-        return rebuild.ensure(self)
+        return rebuild.ensure(self.group)
 
     def stop_all(self) -> int:
         """%dist_stop: ask every rank to stop its running cell."""

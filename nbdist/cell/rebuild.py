@@ -5,8 +5,8 @@ takes alike. A group that was cut (a stopped collective), found broken (a failed
 the notebook's code, or built in an older generation (a rank rejoined) is rebuilt before it is used:
 a ``%%collective`` decides that at its start (:mod:`nbdist.cell.cells`), a plain cell before its first
 collective (:func:`ensure`). The notebook's own ``init_process_group`` after its code destroyed the group
-builds it again at once, with every rank (:func:`restore`). They work on the part of the kernel's
-:class:`nbdist.session.Session` that :class:`GroupHost` names.
+builds it again at once, with every rank (:func:`restore`). They work on the kernel's parts that :class:`Parts`
+names, not on its session.
 """
 
 from __future__ import annotations
@@ -15,15 +15,18 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
-from ..backend import backends, envplan
+from ..backend import envplan
 from ..backend.debugmode import DebugMode
 from ..backend.procgroup import ProcessGroup, destroy_default
+from ..backend.state import BackendState
 from ..config import TIMEOUTS
 from ..errors import CollectiveMismatchError, InitProcessGroupError, PeerFailedError
 from ..world import keys, records
-from ..world.store import StoreClient, run_in_thread
+from ..world.link import StoreLink, sync_generation
+from ..world.store import run_in_thread
 from ..world.world import World, step_name
 from . import cells
 from .hooks import Collectives
@@ -33,27 +36,18 @@ from .turn import Meeting, Turn
 BUILT_HCCL = "this kernel has built an HCCL process group already"
 
 
-class GroupHost(Protocol):
-    """What building the process group reads, sets and calls: the kernel's session, in these parts."""
+@dataclass(frozen=True)
+class Parts:
+    """What building the process group reads and sets: the kernel's link to its world (its store), its backend
+    state, its collectives' hooks (which check against the group) and its cell turn (a rebuild's step)."""
 
-    world: World | None
-    client: StoreClient | None
-    choice: backends.Choice | None
+    link: StoreLink
+    backend: BackendState
     hooks: Collectives
-    debug: DebugMode
     turn: Turn
-    pg_timeout: float
-    npu_seen: dict[str, str | None] | None
-    npu_seen_when: str
-
-    def sync_generation(self, world: World, gen: int | None = None) -> int: ...
-
-    def environ_for_config(self) -> dict[str, str]: ...
-
-    def require_world(self, what: str) -> World: ...
 
 
-def build(session: GroupHost, tag: str, step: int | None = None, also: Callable[[], None] | None = None) -> None:
+def build(parts: Parts, tag: str, step: int | None = None, also: Callable[[], None] | None = None) -> None:
     """Build this world's process group afresh (every rank does it at the same point).
 
     ``step``: the step whose meeting opened this rebuild, if any. Every rank arrived there, so every
@@ -61,27 +55,27 @@ def build(session: GroupHost, tag: str, step: int | None = None, also: Callable[
     failure at that step, and the others' builds end with it instead of waiting in torch's set-up.
     ``also``: a further check while it waits, which may raise to give up.
     """
-    world = session.world
-    assert world is not None and session.client is not None and session.choice is not None
-    old, world.pg, session.hooks.pg = world.pg, None, None
+    world, client, b = parts.link.world, parts.link.client, parts.backend
+    assert world is not None and client is not None and b.choice is not None
+    old, world.pg, parts.hooks.pg = world.pg, None, None
     if old is not None:
         old.cut("rebuilt")  # nothing may still wait on it, or destroying it would hang
         old.destroy()
     destroy_default()
     # The group's waits in the store (gloo's eager set-up, NCCL's and HCCL's lazy one at the first
     # collective) get the group's timeout: torch sets it on the store only when it makes the store itself.
-    store = session.client.clone(op_timeout=session.pg_timeout).raw()
-    backend = session.choice.backend
-    if backend == "hccl" and session.npu_seen is None:
-        session.npu_seen = {key: os.environ.get(key) for key in envplan.READ_ONCE}
-        session.npu_seen_when = BUILT_HCCL
+    store = client.clone(op_timeout=b.pg_timeout).raw()
+    backend = b.choice.backend
+    if backend == "hccl" and b.npu_seen is None:
+        b.npu_seen = {key: os.environ.get(key) for key in envplan.READ_ONCE}
+        b.npu_seen_when = BUILT_HCCL
     # One build per step (tag "t<n>") or join: every rank takes the same prefix, whatever generation it read.
     prefix = f"nbdist/r/{world.round}/pg/{tag}/"
-    session.sync_generation(world)
-    session.debug.before_build(world, backend, session.environ_for_config())
+    sync_generation(world)
+    b.debug.before_build(world, backend, b.environ_for_config())
 
     def make() -> ProcessGroup:
-        return ProcessGroup(backend, store, prefix, world.rank, world.world_size, session.pg_timeout)
+        return ProcessGroup(backend, store, prefix, world.rank, world.world_size, b.pg_timeout)
 
     def watch() -> None:
         failed = None if step is None else records.Failure.read(
@@ -93,12 +87,12 @@ def build(session: GroupHost, tag: str, step: int | None = None, also: Callable[
         if also is not None:
             also()
 
-    world.pg = run_in_thread(make, session.pg_timeout, "initialising the process group", on_tick=watch)
+    world.pg = run_in_thread(make, b.pg_timeout, "initialising the process group", on_tick=watch)
     world.pg.gen = world.gen
-    session.hooks.pg = world.pg
+    parts.hooks.pg = world.pg
 
 
-def state(session: GroupHost, world: World, gen: int) -> dict[str, Any]:
+def state(debug: DebugMode, world: World, gen: int) -> dict[str, Any]:
     """This rank's process-group state as the others judge it at a step, with the generation it was built in.
 
     ``gen``: the world's generation now; a group of an older one is not trusted.
@@ -108,12 +102,12 @@ def state(session: GroupHost, world: World, gen: int) -> dict[str, Any]:
         return {"ok": False, "why": "it has no process group yet"}
     now = pg.state()
     if now.get("ok") and pg.gen != gen:
-        now = {"ok": False, "why": session.debug.why_moved(world) or "a rank rejoined, or another rank's process "
+        now = {"ok": False, "why": debug.why_moved(world) or "a rank rejoined, or another rank's process "
                                                                      "group failed, since its group was built"}
     return {**now, "gen": pg.gen}
 
 
-def ensure(session: GroupHost) -> str | None:
+def ensure(parts: Parts) -> str | None:
     """Before a plain cell's first collective: rebuild the process group, with every rank, if it cannot be trusted.
 
     It cannot when it was cut or found broken (a stopped collective, a failed cell), or when the
@@ -122,7 +116,7 @@ def ensure(session: GroupHost) -> str | None:
     every rank then rebuilds at a step of its own (a %%collective decides this at its start).
     Returns why it rebuilt, or None.
     """
-    world = session.require_world("a collective")
+    world = parts.link.require_world("a collective")
     gen = world.store_generation()
     pg = world.pg
     if pg is not None and not pg.broken and pg.gen == gen and pg.is_current():
@@ -130,7 +124,7 @@ def ensure(session: GroupHost) -> str | None:
     if pg is None:
         why = "this rank had no process group yet"
     elif pg.gen != gen:
-        why = session.debug.why_moved(world) or "a rank rejoined, or another rank's process group failed"
+        why = parts.backend.debug.why_moved(world) or "a rank rejoined, or another rank's process group failed"
     else:
         why = pg.reason if pg.broken else "the notebook's code destroyed the process group"
         world.bump_generation(gen)  # our own group of this generation: tell the others
@@ -142,31 +136,31 @@ def ensure(session: GroupHost) -> str | None:
 
     # Its own turn (the plain cell that needs it has none); once every rank arrived each builds, then a stop that
     # came meanwhile stops the plain cell.
-    drive(Turn(session.turn.stops), world, Plan(REBUILD, meeting, None, Claim(),
-                                                build=lambda n: build(session, f"t{n}", n), stops_after=True))
+    drive(Turn(parts.turn.stops), world, Plan(REBUILD, meeting, None, Claim(),
+                                              build=lambda n: build(parts, f"t{n}", n), stops_after=True))
     return why
 
 
-def restore(session: GroupHost) -> str | None:
+def restore(parts: Parts) -> str | None:
     """The notebook's code asks for a process group (``init_process_group``, :mod:`nbdist.backend.userinit`): if
     that code destroyed the world's, build it again with every rank, where a collective of the same code would
     (a plain cell's first collective; this point of a ``%%collective`` body, which every rank runs alike).
     Returns what was done, in words, or None when the group was there."""
-    world = session.require_world("init_process_group")
+    world = parts.link.require_world("init_process_group")
     if world.pg is not None and world.pg.is_current():
         return None
-    checker = session.hooks.active
+    checker = parts.hooks.active
     if checker is None or checker.plain:
-        on_plain = session.hooks.on_plain
+        on_plain = parts.hooks.on_plain
         if checker is not None or on_plain is None or on_plain() is None:  # a plain cell: as its first collective
-            ensure(session)
+            ensure(parts)
         return "the process group, which the notebook's code had destroyed, was built again with every rank"
     if checker.ranks is not None and set(checker.ranks) != set(range(world.world_size)):
         raise InitProcessGroupError("init_process_group after destroy_process_group in a %%collective --ranks cell: "
                                     "the world's process group needs every rank, and the ranks outside --ranks do "
                                     "not run this cell. Run it in a %%collective without --ranks (the next "
                                     "%%collective builds the group again in any case)")
-    n = session.turn.step
+    n = parts.turn.step
     assert n is not None, "a body runs at its step"
     checker.builds += 1
     k = checker.builds
@@ -183,7 +177,7 @@ def restore(session: GroupHost) -> str | None:
                     "waits for: every rank must run the same code")
 
     with checker.marked(f"init_process_group #{k}"):
-        build(session, f"t{n}i{k}", n, also=finished_without)
+        build(parts, f"t{n}i{k}", n, also=finished_without)
     return "the process group, which this cell's code had destroyed, was built again with every rank"
 
 
