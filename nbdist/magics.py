@@ -3,37 +3,23 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, magics_class
 from IPython.core.magic_arguments import parse_argstring
 from IPython.display import display
 
-from . import config
+from . import config, magicflags
 from .backend import backends, doctor, envplan
 from .cell import cellerror, cells, outcome_view
 from .drive import follow, spawn
 from .errors import ConfigError, NbdistError
+from .magicflags import argument, cell_magic, line_cell_magic, line_magic, magic_arguments
 from .session import Session
 from .view import notes
 from .view.display import Cell, JoinStatus, Message, SideBySide, Source, summary_table
-
-if TYPE_CHECKING:
-    # IPython's decorators as used here, typed: magic_arguments' are untyped, and line_magic's (and the others')
-    # say "a function, or a decorator" for a bare use that returns the function. The magics stay typed under them.
-    _Magic = TypeVar("_Magic", bound=Callable[..., Any])
-
-    def magic_arguments() -> Callable[[_Magic], _Magic]: ...
-    def argument(*args: Any, **kwargs: Any) -> Callable[[_Magic], _Magic]: ...
-    def line_magic(func: _Magic) -> _Magic: ...
-    def cell_magic(func: _Magic) -> _Magic: ...
-    def line_cell_magic(func: _Magic) -> _Magic: ...
-else:
-    from IPython.core.magic import cell_magic, line_cell_magic, line_magic
-    from IPython.core.magic_arguments import argument, magic_arguments
 
 _NAME = "DistMagics"
 VIEWS = ("ranks", "groups")  # how a cell's table is drawn (%%collective --view, %dist_config view=)
@@ -206,9 +192,9 @@ class DistMagics(Magics):
         shows where every rank was, as %dist_where does.
         """
         args = parse_argstring(self.collective, line)
-        flags = cells.Flags(_seconds("--timeout", args.timeout), check=not args.no_check,
+        flags = cells.Flags(magicflags.seconds("--timeout", args.timeout), check=not args.no_check,
                             same_code=not args.allow_different,
-                            max_time=None if args.max_time is None else _seconds("--max-time", args.max_time),
+                            max_time=None if args.max_time is None else magicflags.seconds("--max-time", args.max_time),
                             live=not args.no_live, trace=args.trace,
                             ranks=cells.rank_set(args.ranks, getattr(self.session.world, "world_size", None)),
                             view=args.view,
@@ -310,7 +296,7 @@ class DistMagics(Magics):
         master = args.master_addr or (cfg.master_addr if cfg else None)
         if master is None:
             raise UsageError("pass --master-addr (or run %%dist_init first)")
-        port = _port(args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT))
+        port = magicflags.port(args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT))
         backend = args.backend or (self.session.choice.backend if self.session.choice else "auto")
         ranks = self.session.world.registrations() if self.session.world else None
         token, source = args.token, "--token"
@@ -360,7 +346,7 @@ class DistMagics(Magics):
     def dist_barrier(self, line: str) -> None:
         """Wait until every rank reaches a %dist_barrier."""
         args = parse_argstring(self.dist_barrier, line)
-        waited = self.session.barrier(_seconds("--timeout", args.timeout))
+        waited = self.session.barrier(magicflags.seconds("--timeout", args.timeout))
         world = self.session.world
         assert world is not None  # barrier() required it
         print(f"nbdist: all {world.world_size} ranks met (waited {waited * 1000:.1f} ms)")
@@ -424,7 +410,7 @@ class DistMagics(Magics):
         this notebook is busy: nbdist where --master-addr ADDR [--master-port P].
         """
         args = parse_argstring(self.dist_where, line)
-        print(self.session.where(args.threads, args.native, _seconds("--timeout", args.timeout)))
+        print(self.session.where(args.threads, args.native, magicflags.seconds("--timeout", args.timeout)))
 
     @magic_arguments()
     @argument("rank", nargs="?", help="the rank to debug (default: the first rank whose body failed in the last "
@@ -457,7 +443,7 @@ class DistMagics(Magics):
                 raise UsageError(f"%dist_pdb: {args.rank!r} is not a rank (0..{world.world_size - 1})") from None
         if not 0 <= rank < world.world_size:
             raise UsageError(f"%dist_pdb: this world has ranks 0..{world.world_size - 1}, not {rank}")
-        self.session.pdb(rank, _seconds("--timeout", args.timeout))
+        self.session.pdb(rank, magicflags.seconds("--timeout", args.timeout))
 
     @line_magic
     def dist_stop(self, line: str) -> None:
@@ -598,20 +584,6 @@ class DistMagics(Magics):
         self._stop_dashboard("this notebook left the world (%dist_destroy)")
         self.session.leave()
         print("nbdist: left the world (a rendezvous server hosted here keeps running)")
-
-
-def _port(value: Any) -> int:
-    try:
-        return config.validate(rank=0, world_size=1, master_addr="x", master_port=value).master_port
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _seconds(name: str, value: Any) -> float:
-    try:
-        return config.positive_seconds(name, value)
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def registered() -> DistMagics | None:

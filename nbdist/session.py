@@ -138,10 +138,10 @@ class Session:
         self.id = uuid.uuid4().hex
         self.link = StoreLink()
         self.backend = BackendState()
-        self.cell_turn = KernelTurn(self.link, self)
+        self.driving = KernelDrive(self.id)
+        self.cell_turn = KernelTurn(self.link, self.driving, lambda: rebuild.ensure(self.group))
         # What building the process group needs: the session's parts, not the session (nbdist.cell.rebuild).
         self.group = rebuild.Parts(self.link, self.backend, self.cell_turn.hooks, self.cell_turn.turn)
-        self.driving = KernelDrive(self.id)
         self.kept = postmortem.Kept()  # this rank's last failed %%collective body, for %dist_pdb
         self.aids = aids.Aids(self.secret, lambda: self.pg_timeout)  # breakpoints, where a hung cell's ranks were
 

@@ -10,37 +10,31 @@ a world; the collectives' hooks, the stopper and the prestart window from ``%loa
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from ..errors import StoppedError
 from ..world.link import sync_generation
 from ..world.records import WORLD, Failure, StopAll
 from ..world.store import StoreClient
-from ..world.world import World
 from . import capture, cells, prestart, progress, turn
 from .guard import Guard
 from .hooks import Collectives
-from .plain import PlainHost, PlainNet
+from .plain import DriveSide, Linked, PlainNet
 from .stopper import Stopper
 from .stops import Stops
 
 
-class Joined(Protocol):
-    """Where the kernel's world is (:class:`nbdist.world.link.StoreLink`): None while it is in none."""
-
-    @property
-    def world(self) -> World | None: ...
-
-
 class KernelTurn:
-    """See the module docstring. ``link``: the kernel's world; ``host``: what the plain-cell watcher needs."""
+    """See the module docstring. ``link``: the kernel's world; ``driving`` and ``ensure_group``: what the plain-cell
+    watcher needs (:class:`nbdist.cell.plain.PlainNet`)."""
 
-    def __init__(self, link: Joined, host: PlainHost) -> None:
+    def __init__(self, link: Linked, driving: DriveSide, ensure_group: Callable[[], str | None]) -> None:
         self.link = link
         self.hooks = Collectives()
         self.stopper = Stopper()  # lets nbdist's watchers end the running cell (--max-time, %dist_stop)
         self.guard: Guard | None = None
-        self.plain = PlainNet(host)  # the watcher of a plain cell that calls a collective
+        # the watcher of a plain cell that calls a collective
+        self.plain = PlainNet(link, self.hooks, self.stopper, driving, ensure_group)
         # The running cell's turn at its step (nbdist.cell.turn): a %%collective claims the world's next step as
         # the cell begins (its pre_run_cell), even if another rank's same cell closes that step before this one
         # reaches nbdist's code.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..config import TIMEOUTS
@@ -57,63 +58,71 @@ class Driving(Protocol):
     def has_followers(self, world: World) -> bool: ...
 
 
-class PlainHost(Protocol):
-    """What the plain-cell watcher reads and calls: the kernel's session, in these parts."""
+class Linked(Protocol):
+    """Where the kernel's world is, and its watchers' connection (:class:`nbdist.world.link.StoreLink`)."""
 
-    world: World | None
-    watch_client: StoreClient | None
-    hooks: Collectives
-    stopper: Stopper
-    process: str
+    @property
+    def world(self) -> World | None: ...
+
+    @property
+    def watch_client(self) -> StoreClient | None: ...
+
+
+class DriveSide(Protocol):
+    """What runs this rank (a kernel, or ``nbdist follow``), and its drive (:class:`nbdist.drive.driving.KernelDrive`,
+    a layer above this one)."""
+
+    @property
+    def process(self) -> str: ...
 
     @property
     def drive(self) -> Driving: ...
-
-    def ensure_group(self) -> str | None: ...
 
 
 class PlainNet:
     """One kernel's plain-cell watcher (see the module docstring)."""
 
-    def __init__(self, session: PlainHost) -> None:
-        self.session = session
+    def __init__(self, link: Linked, hooks: Collectives, stopper: Stopper, driving: DriveSide,
+                 ensure_group: Callable[[], str | None]) -> None:
+        """``ensure_group``: rebuild the process group with every rank if it cannot be trusted
+        (:func:`nbdist.cell.rebuild.ensure`)."""
+        self.link, self.hooks, self.stopper, self.driving = link, hooks, stopper, driving
+        self.ensure_group = ensure_group
         self.watch: CellWatch | None = None
         self._cells = 0
         self._reached = False  # the running cell reached a collective of its own: the others may wait in theirs
 
     def _refusal(self) -> DriveError | None:
-        s = self.session
-        if s.world is None or not s.drive.has_followers(s.world):
+        if self.link.world is None or not self.driving.drive.has_followers(self.link.world):
             return None
-        return DriveError(DRIVING if s.drive.holding else FOLLOWING)
+        return DriveError(DRIVING if self.driving.drive.holding else FOLLOWING)
 
     def begin(self, raw: str) -> None:
         """A cell of the user begins: a plain one in a formed world is watched from now (the stop button)."""
-        s = self.session
-        if (s.world is None or s.watch_client is None or self.watch is not None or s.process != "kernel"
-                or not watched(raw) or threading.current_thread() is not threading.main_thread()):
+        world, drive = self.link.world, self.driving.drive
+        if (world is None or self.link.watch_client is None or self.watch is not None
+                or self.driving.process != "kernel" or not watched(raw)
+                or threading.current_thread() is not threading.main_thread()):
             return
-        driven = s.drive.holding or s.drive.has_followers(s.world)  # may drive a collective that torch's code starts
+        driven = drive.holding or drive.has_followers(world)  # may drive a collective that torch's code starts
         self._reached = False
         self._start(plain_since=None, since=Since(), refuse=self._refusal if driven else None)
 
     def _start(self, **kwargs: Any) -> CellWatch:
-        s = self.session
-        world = s.world
-        assert world is not None and s.watch_client is not None, "a plain cell is watched in a formed world"
+        world, client = self.link.world, self.link.watch_client
+        assert world is not None and client is not None, "a plain cell is watched in a formed world"
         self._cells += 1
         cell = f"g{world.gen}/plain/{world.rank}/{self._cells}"
-        checker = Checker(world, cell, TIMEOUTS["barrier"], s.hooks.params, compare=False, plain=True)
-        watch = CellWatch(world, s.watch_client, cell, checker, "this cell", stopper=s.stopper, plain=True, **kwargs)
+        checker = Checker(world, cell, TIMEOUTS["barrier"], self.hooks.params, compare=False, plain=True)
+        watch = CellWatch(world, client, cell, checker, "this cell", stopper=self.stopper, plain=True, **kwargs)
         watch.__enter__()
         self.watch = watch
         return watch
 
     def checker(self) -> Checker | None:
         """At a plain cell's first collective: a trusted group, a watcher, and the cell's checker."""
-        s = self.session
-        world = s.world
-        if world is None or s.watch_client is None or threading.current_thread() is not threading.main_thread():
+        world = self.link.world
+        if world is None or self.link.watch_client is None or threading.current_thread() is not threading.main_thread():
             return None
         # From here the others may wait for this rank in their collective, while a stop can still land before
         # torch's count moves (nbdist's store reads below; past a rebuild every rank took part in, a stop held
@@ -123,24 +132,23 @@ class PlainNet:
         if refused is not None:
             self._reached = False  # a driving notebook's world: nobody waits in a plain cell's collective
             raise refused
-        s.ensure_group()
+        self.ensure_group()
         watch = self.watch or self._start(plain_since=None)
-        s.hooks.active = watch.checker
+        self.hooks.active = watch.checker
         return watch.checker
 
     def end(self, error: BaseException | None = None) -> None:
         """The plain cell ended (with ``error``, if it failed): stop its watch; a group it broke is rebuilt by
         every rank at its next use. A cell that failed of its own accord once it reached its collectives tells
         the others' plain cells, so that none waits in a collective this rank will not join."""
-        s = self.session
         watch, self.watch = self.watch, None
         reached, self._reached = self._reached, False
         if watch is None:
             return
-        if s.hooks.active is watch.checker:
-            s.hooks.active = None
+        if self.hooks.active is watch.checker:
+            self.hooks.active = None
         watch.__exit__(None, None, None)
-        world = s.world
+        world = self.link.world
         if world is None or not (reached or watch.in_use()):
             return  # it reached no collective: nothing to tell, nothing broken
         pg = world.pg

@@ -24,11 +24,11 @@ from nbdist.cell.watch import plain_failure
 from nbdist.world.world import World
 
 
-def _host(world: World, ensure_group: Any) -> SimpleNamespace:
-    """What the plain-cell watcher needs of a kernel's session (:class:`nbdist.cell.plain.PlainHost`)."""
-    drive = SimpleNamespace(holding=False, has_followers=lambda world: False)
-    return SimpleNamespace(world=world, watch_client=world.client.clone(), hooks=Collectives(), stopper=Stopper(),
-                           process="kernel", drive=drive, ensure_group=ensure_group)
+def _net(world: World, ensure_group: Any) -> PlainNet:
+    """The plain-cell watcher of a kernel in ``world``, in no drive, that rebuilds with ``ensure_group``."""
+    link = SimpleNamespace(world=world, watch_client=world.client.clone())
+    driving = SimpleNamespace(process="kernel", drive=SimpleNamespace(holding=False, has_followers=lambda world: False))
+    return PlainNet(link, Collectives(), Stopper(), driving, ensure_group)
 
 
 def test_a_plain_cell_stopped_as_its_first_collectives_rebuild_ends_tells_the_others(two_worlds):
@@ -37,15 +37,14 @@ def test_a_plain_cell_stopped_as_its_first_collectives_rebuild_ends_tells_the_ot
     def rebuilt_then_stopped() -> None:
         raise KeyboardInterrupt  # the press held through the rebuild (nbdist.cell.rebuild.ensure), raised as it ends
 
-    host = _host(stopped, rebuilt_then_stopped)
-    net = PlainNet(host)
+    net = _net(stopped, rebuilt_then_stopped)
     try:
         net.begin("t = torch.ones(1)\ndist.all_reduce(t)\n")
         with pytest.raises(KeyboardInterrupt):
             net.checker()
         net.end(KeyboardInterrupt())
     finally:
-        host.watch_client.close()
+        net.link.watch_client.close()
     told = plain_failure(waiting.client, waiting, 0)
     assert told is not None, "the stopped rank told nobody: the other waits in its collective for good"
     assert told.rank == stopped.rank and "the stop button" in told.message, told
@@ -53,11 +52,10 @@ def test_a_plain_cell_stopped_as_its_first_collectives_rebuild_ends_tells_the_ot
 
 def test_a_plain_cell_that_reached_no_collective_tells_nobody(two_worlds):
     stopped, waiting = two_worlds
-    host = _host(stopped, lambda: None)
-    net = PlainNet(host)
+    net = _net(stopped, lambda: None)
     try:
         net.begin("x = 1\n")
         net.end(KeyboardInterrupt())
     finally:
-        host.watch_client.close()
+        net.link.watch_client.close()
     assert plain_failure(waiting.client, waiting, 0) is None

@@ -1,0 +1,47 @@
+"""How the magics declare and read their flags: IPython's decorators, typed, and flag values checked.
+
+``magic_arguments``' decorators are untyped, and ``line_magic``'s (and the others') say "a function, or a
+decorator" for a bare use that returns the function; under these the magics stay typed for ``mypy --strict``.
+At run time they are IPython's own. A flag value that does not check out is a ``UsageError``: one line, no
+traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from IPython.core.error import UsageError
+
+from . import config
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    _Magic = TypeVar("_Magic", bound=Callable[..., Any])
+
+    def magic_arguments() -> Callable[[_Magic], _Magic]: ...
+    def argument(*args: Any, **kwargs: Any) -> Callable[[_Magic], _Magic]: ...
+    def line_magic(func: _Magic) -> _Magic: ...
+    def cell_magic(func: _Magic) -> _Magic: ...
+    def line_cell_magic(func: _Magic) -> _Magic: ...
+else:
+    from IPython.core.magic import cell_magic, line_cell_magic, line_magic
+    from IPython.core.magic_arguments import argument, magic_arguments
+
+__all__ = ["argument", "cell_magic", "line_cell_magic", "line_magic", "magic_arguments", "port", "seconds"]
+
+
+def port(value: Any) -> int:
+    """A port flag's value, checked."""
+    try:
+        return config.validate(rank=0, world_size=1, master_addr="x", master_port=value).master_port
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def seconds(name: str, value: Any) -> float:
+    """A flag's value in seconds, checked (positive)."""
+    try:
+        return config.positive_seconds(name, value)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
