@@ -6,8 +6,8 @@ Owns one rank's turn at a step, its phases and how a step ends early
 finds for every rank and whose records each rank reads there (``ending``), running and capturing the body
 (``capture``, ``outputlog``, ``progress``), checking collectives
 (``fingerprint``, ``history``, ``hooks``), a rank's stop state in one object (``stops``), watching and
-stopping a body (``watch``, ``stopper``, ``guard``, ``prestart``: the stop state's inputs), whether a cell started a collective by torch's
-own count (``inflight``), the plain-cell safety net (``plain``),
+stopping a body (``watch``, ``stopper``, ``guard``, ``prestart``: the stop state's inputs), whether a cell
+started a collective by torch's own count (``inflight``), the plain-cell safety net (``plain``),
 building and rebuilding the process group with every rank (``rebuild``), the
 live table (``live``), what a finished cell shows (``outcome_view``) and one kernel's side of its cells
 (``kernelturn``: IPython's cell events, the running cell's turn, the stop button and the watchers).

@@ -366,7 +366,7 @@ class _CellRun:
         world, flags, cell, label, aids = self.world, self.flags, self.cell, self.label, self.aids
         checker = self.checker = Checker(world, cell, flags.timeout, self.params, compare=flags.check,
                                          on_tick=lambda: raise_if_failed(world, cell), trace=flags.trace,
-                                         ranks=flags.ranks)
+                                         ranks=flags.ranks, compare_at=self.turn.compare)
         output = OutputLog()
         body_thread = threading.get_ident()  # the body runs here: the live table samples where it is
         # No front end (nbdist follow): publish this rank's part for the notebooks, draw nothing. A plain shell prints

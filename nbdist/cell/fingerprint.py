@@ -220,8 +220,10 @@ class Checker:
 
     def __init__(self, world: World, cell: str, timeout: float, params: dict[str, list[str]], compare: bool = True,
                  on_tick: Callable[[], None] | None = None, plain: bool = False, trace: bool = False,
-                 ranks: tuple[int, ...] | None = None) -> None:
+                 ranks: tuple[int, ...] | None = None,
+                 compare_at: Callable[[World, Gathering], Verdict] = gather.barrier) -> None:
         self.world, self.cell, self.timeout, self.params = world, cell, timeout, params
+        self.compare_at = compare_at  # how a comparison meets the others: in a %%collective, its turn's (Turn.compare)
         self.compare = compare
         self.ranks = ranks  # the cell's members (--ranks; None: every rank)
         self.known: dict[Any, int] = {}  # quick key -> checksum of its fingerprint, for kinds of call seen
@@ -511,9 +513,9 @@ class Checker:
         # --timeout counts only for members not at work in the body: one still computing is waited for while
         # it lives (it may be minutes from its collective); one that finished without it is named at once.
         try:
-            gather.barrier(world, Gathering(base, label, self.timeout, verdict=compare, members=ranks,
-                                            working=lambda _, last: at_work(self.cell, last),
-                                            on_tick=lambda: self._peer_finished(name, seq, fp, ranks)))
+            self.compare_at(world, Gathering(base, label, self.timeout, verdict=compare, members=ranks,
+                                             working=lambda _, last: at_work(self.cell, last),
+                                             on_tick=lambda: self._peer_finished(name, seq, fp, ranks)))
         except BarrierRefused as refused:
             raise CollectiveMismatchError(
                 f"{label} does not match across ranks: {refused}. "

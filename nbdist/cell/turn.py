@@ -253,6 +253,14 @@ class Turn:
         self.done()
         return opened
 
+    def compare(self, world: World, gathering: Gathering) -> Verdict:
+        """A meeting inside this turn's body: a collective's comparison across the ranks
+        (:meth:`nbdist.cell.fingerprint.Checker.agree`), met only while the body runs."""
+        if self.phase is not Phase.BODY:
+            raise TurnError(f"nbdist compared a collective across the ranks outside a cell's body (step #{self.step}, "
+                            f"{self.phase.value}): this is a bug in nbdist, please report it")
+        return gather.barrier(world, gathering)
+
     @contextlib.contextmanager
     def guarded(self, world: World, body: str | None) -> Iterator[None]:
         """Whatever ends the block early ends this turn (:meth:`abort`), so no rank waits for this one."""

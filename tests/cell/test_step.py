@@ -132,17 +132,21 @@ def meeting(kind: str) -> Any:
 
 def test_every_kind_of_step_runs_through_one_driver_in_its_phases(pair):
     """A barrier, then a plain cell's rebuild, then a cell that the last to arrive says must rebuild first: both ranks
-    go through each, and the cell's work runs in its order (body, end, what it returns)."""
-    works, built = [Work(w) for w in pair], list[tuple[int, int]]()
+    go through each, and the cell's work runs in its order (body, end, what it returns); the body's collective is
+    compared across the ranks through the turn, in its body."""
+    works, built, compared = [Work(w) for w in pair], list[tuple[int, int]](), list[Verdict]()
 
     def rank(world: World, work: Work) -> list[Any]:
+        t = Turn()
+        work.run = lambda: compared.append(t.compare(world, Gathering(
+            keys.compared(step_name(t.step or 0), "0", 1), "collective #1 (all_reduce) of this cell", WAIT)))
         done = [steps.drive(Turn(), world, Plan(BARRIER, meeting("barrier"), turn.BARRIER, Claim()))]
         done.append(steps.drive(Turn(), world, Plan(REBUILD, meeting("rebuild"), None, Claim(),
                                                     build=lambda n: built.append((world.rank, n)))))
         start = CellStart("h", "x = 1\n", {"ok": True, "gen": 0}, {})
         cell = Plan(CELL, lambda n: Meeting("cell", f"cell #{n}", WAIT, start, verdict=lambda _: REBUILT), "x = 1\n",
                     Claim(), build=lambda n: built.append((world.rank, n)), work=work)
-        done.append(steps.drive(Turn(), world, cell))
+        done.append(steps.drive(t, world, cell))
         return done
 
     threads = [in_thread(lambda w=w, k=k: rank(w, k)) for w, k in zip(pair, works, strict=True)]
@@ -151,6 +155,17 @@ def test_every_kind_of_step_runs_through_one_driver_in_its_phases(pair):
     assert [box.get("value", box.get("error")) for _, box in threads] == [[None, None, "outcome"]] * 2
     assert sorted(built) == [(0, 2), (0, 3), (1, 2), (1, 3)]  # the rebuild's step, then the cell's
     assert all(w.calls == [f"body {REBUILT.encode()}", "end", "ended go:with:found"] for w in works)
+    assert compared == [verdicts.GO] * 2
+
+
+@pytest.mark.parametrize("phase", [p for p in Phase if p is not Phase.BODY])
+def test_a_collective_is_compared_across_the_ranks_only_in_a_cells_body(phase):
+    t = Turn()
+    t.phase, t.step = phase, 5
+    with pytest.raises(TurnError) as caught:
+        t.compare(None, Gathering("c", "collective #1 (all_reduce) of this cell", WAIT))  # type: ignore[arg-type]
+    assert str(caught.value) == (f"nbdist compared a collective across the ranks outside a cell's body (step #5, "
+                                 f"{phase.value}): this is a bug in nbdist, please report it")
 
 
 def test_a_move_off_the_diagram_inside_a_step_closes_it_and_the_other_rank_is_told_at_once(pair):
