@@ -28,12 +28,12 @@ _SETUP = '''_nbdist_values = []
 
 def _nbdist_texts(capture):
     lines = []
-    for out in (capture or {}).get("outputs", []):
+    for out in [] if capture is None else capture.outputs:
         if out["kind"] == "stdout":
             lines += out["text"].splitlines()
         elif out["kind"] == "display":
             lines += out["data"].get("text/plain", "").splitlines()
-    result = (capture or {}).get("result") or {}
+    result = (None if capture is None else capture.result) or {}
     if result.get("text/plain"):
         text = result["text/plain"].splitlines()
         lines += [f"Out: {text[0]}", *text[1:]]

@@ -291,9 +291,9 @@ def test_bytes_images_and_bytes_written_to_stdout_reach_the_table(world):
 @pytest.mark.timeout(120)
 def test_a_failure_in_nbdists_capture_is_that_ranks_error_and_ends_every_rank_at_once(world, record_fault):
     # Fault injection on rank 1: its capture holds something that cannot be published.
-    broken = ("import nbdist.cell.capture as _cap\n_real_run_cell = _cap.run_cell\n"
-              "_cap.run_cell = lambda shell, src, *log: {**_real_run_cell(shell, src, *log),\n"
-              "                                        'result': {'text/plain': object()}}\n")
+    broken = ("import dataclasses\nimport nbdist.cell.capture as _cap\n_real_run_cell = _cap.run_cell\n"
+              "_cap.run_cell = lambda shell, src, *log: dataclasses.replace(_real_run_cell(shell, src, *log),\n"
+              "                                                         result={'text/plain': object()})\n")
     assert world[1].execute(broken).status == "ok"
     try:
         t0 = time.monotonic()

@@ -69,9 +69,9 @@ def test_the_ranks_are_compared_across_ranks_and_a_difference_is_refused_naming_
 
 def test_a_skipped_ranks_capture_is_one_note_without_error_or_time():
     cap = cells.skipped((0, 1, 2, 3))
-    assert cap["outputs"] == [{"kind": "note", "text": "skipped: this cell runs on ranks 0-3 only (--ranks)"}]
-    assert cap["error"] is None and cap["wall"] == 0.0
-    assert cells.skipped((2,))["outputs"][0]["text"] == "skipped: this cell runs on rank 2 only (--ranks)"
+    assert cap.outputs == [{"kind": "note", "text": "skipped: this cell runs on ranks 0-3 only (--ranks)"}]
+    assert cap.error is None and cap.wall == 0.0
+    assert cells.skipped((2,)).outputs[0]["text"] == "skipped: this cell runs on rank 2 only (--ranks)"
 
 
 def test_the_refusal_names_the_op_the_skipped_ranks_and_the_subgroup_idiom():

@@ -1,4 +1,4 @@
-"""Running a cell body on this rank and capturing what it produced, as JSON-ready data.
+"""Running a cell body on this rank and capturing what it produced (its typed record: ``world.capture_record``).
 
 Output is captured without replacing objects that user code keeps: while nbdist
 is loaded, ``sys.stdout`` and ``sys.stderr`` are :class:`RoutedStream` objects
@@ -27,6 +27,7 @@ from IPython.core.displaypub import DisplayPublisher
 from ..config import MAX_FIELD_CHARS
 from ..errors import StopRequest
 from ..view import tracebacks
+from ..world.capture_record import Capture, Raised
 from . import progress
 from .outputlog import OutputLog, StreamWriter
 
@@ -148,7 +149,7 @@ def _kept(data: dict[str, Any]) -> dict[str, str]:
     return kept
 
 
-def _format_value(shell: Any, value: Any) -> dict[str, Any]:
+def _format_value(shell: Any, value: Any) -> dict[str, str]:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         from ..view.pictures import picture  # a tensor as the cell's value is drawn as nbdist.show draws it
@@ -166,12 +167,6 @@ def _flush_figures() -> None:
     flush = getattr(module, "flush_figures", None)
     if flush is not None:
         flush()
-
-
-def _format_error(exc: BaseException, skip: int) -> dict[str, Any]:
-    """The error as its column shows it: the user's frames (``short``), the full ``traceback``, ``where``."""
-    summary = tracebacks.summarise(exc, skip)  # skip: this module's own frames
-    return {**summary, "traceback": truncate(summary["traceback"]), "short": truncate(summary["short"])}
 
 
 class LogPublisher(DisplayPublisher):
@@ -211,10 +206,10 @@ def _transformed(transform: Any, source: str) -> str:
 Keep = Callable[[BaseException | None, TracebackType | None], None]  # told how a body ended (%dist_pdb keeps it)
 
 
-def run_cell(shell: Any, source: str, log: OutputLog | None = None, keep: Keep | None = None) -> dict[str, Any]:
+def run_cell(shell: Any, source: str, log: OutputLog | None = None, keep: Keep | None = None) -> Capture:
     """Run ``source`` in the user's namespace like IPython would; return what it produced.
 
-    The result has ``outputs`` (stream text and displays in the order they came,
+    The capture has ``outputs`` (stream text and displays in the order they came,
     see :mod:`nbdist.cell.outputlog`), ``result`` (mime bundle of the last
     expression), ``error`` (or None) and ``wall``. ``log`` lets a watcher
     read the outputs while the body runs. ``keep`` is told the body's exception and its traceback from the
@@ -236,11 +231,11 @@ def run_cell(shell: Any, source: str, log: OutputLog | None = None, keep: Keep |
         stdout.target, stderr.target, shell.display_pub = None, None, saved
         wall = wall or time.perf_counter() - start
         error = error_of(late, skip=0)
-    return {"outputs": [_drop_empty(o) for o in log.snapshot()], "result": result, "error": error, "wall": wall}
+    return Capture(outputs=[_drop_empty(o) for o in log.snapshot()], result=result, error=error, wall=wall)
 
 
 def _run_body(shell: Any, source: str, log: OutputLog, stdout: Any, stderr: Any, saved: Any,
-              start: float, keep: Keep | None) -> tuple[dict[str, Any] | None, dict[str, str] | None, float]:
+              start: float, keep: Keep | None) -> tuple[Raised | None, dict[str, str] | None, float]:
     result: dict[str, str] | None = None
     error = None
     failed: BaseException | None = None
@@ -269,9 +264,12 @@ def _run_body(shell: Any, source: str, log: OutputLog, stdout: Any, stderr: Any,
     return error, result, wall
 
 
-def error_of(exc: BaseException, skip: int = 0) -> dict[str, Any]:
-    """A body's error as its capture records it: as its column shows it, and whether the stop button ended it."""
-    return {**_format_error(exc, skip), "interrupted": _stopped(exc)}
+def error_of(exc: BaseException, skip: int = 0) -> Raised:
+    """A body's error as its capture records it: as its column shows it (the user's frames, ``short``; the full
+    ``traceback``; ``where``), and whether the stop button ended it."""
+    summary = tracebacks.summarise(exc, skip)  # skip: this module's own frames
+    return Raised(ename=summary["ename"], evalue=summary["evalue"], traceback=truncate(summary["traceback"]),
+                  short=truncate(summary["short"]), where=summary["where"], interrupted=_stopped(exc))
 
 
 def _stopped(exc: BaseException) -> bool:

@@ -10,7 +10,6 @@ another rank's error.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from .. import errors
 from ..errors import (
@@ -22,11 +21,12 @@ from ..errors import (
     StoppedError,
     StoreConnectionError,
 )
+from ..world.capture_record import Raised
 from ..world.world import World
 from .cells import Outcome
 from .watch import SERVER
 
-Own = dict[str, Any] | None  # this rank's error, as its capture holds it (None: it raised nothing)
+Own = Raised | None  # this rank's error, as its capture holds it (None: it raised nothing)
 Rule = Callable[[World, Outcome, Own], BaseException | None]
 
 # Who cut the cell short, when the rank that failed first raised nothing of nbdist's own.
@@ -35,9 +35,9 @@ _CUT_BY: dict[str, type[NbdistError]] = {"lost": PeerLostError, SERVER: StoreCon
 
 def _stopped_here(world: World, outcome: Outcome, own: Own) -> BaseException | None:
     """This rank's stop button, or ``q`` in its debugger (a driven rank's: the cell ended, not following)."""
-    if not own or not own.get("interrupted"):
+    if own is None or not own.interrupted:
         return None
-    if own.get("ename") == "BdbQuit":
+    if own.ename == "BdbQuit":
         return StoppedError(f"{world.describe(world.rank)} quit its debugger (q): the cell ended on every rank")
     stopped = KeyboardInterrupt()
     stopped._render_traceback_ = lambda: [  # type: ignore[attr-defined]  # the stop button: one line, no frames
@@ -47,7 +47,7 @@ def _stopped_here(world: World, outcome: Outcome, own: Own) -> BaseException | N
 
 def _raised_here(world: World, outcome: Outcome, own: Own) -> BaseException | None:
     """This rank's own error, not one that followed from a stop elsewhere."""
-    return _own_error(world, own) if own and not own.get("consequence") else None
+    return _own_error(world, own) if own is not None and not own.consequence else None
 
 
 def _cut_by_another(world: World, outcome: Outcome, own: Own) -> BaseException | None:
@@ -56,17 +56,18 @@ def _cut_by_another(world: World, outcome: Outcome, own: Own) -> BaseException |
     if reason is None or reason.rank == world.rank:
         return None
     captures = outcome.captures
-    cause = (captures[reason.rank] or {}).get("error") if 0 <= reason.rank < len(captures) else None
-    same = errors.by_name(cause["ename"]) if cause and not cause.get("consequence") else None
-    if cause and same is not None:
-        return same(cause["evalue"])
+    cut_by = captures[reason.rank] if 0 <= reason.rank < len(captures) else None
+    cause = None if cut_by is None else cut_by.error
+    same = errors.by_name(cause.ename) if cause is not None and not cause.consequence else None
+    if cause is not None and same is not None:
+        return same(cause.evalue)
     return _CUT_BY.get(reason.kind, PeerFailedError)(
         f"{reason.message} (this rank's cell was stopped; its column shows where)")
 
 
 def _followed_here(world: World, outcome: Outcome, own: Own) -> BaseException | None:
     """This rank's own error that followed from its own stop (nothing cut the cell elsewhere)."""
-    return _own_error(world, own) if own else None
+    return _own_error(world, own) if own is not None else None
 
 
 def _mismatched(world: World, outcome: Outcome, own: Own) -> BaseException | None:
@@ -76,18 +77,17 @@ def _mismatched(world: World, outcome: Outcome, own: Own) -> BaseException | Non
 
 def _failed_elsewhere(world: World, outcome: Outcome, own: Own) -> BaseException | None:
     """Another rank's error: a stop, nbdist's own error (the same class here), or the user's, named."""
-    failed = [(i, c["error"]) for i, c in enumerate(outcome.captures) if c and c.get("error")]
+    failed = [(i, c.error) for i, c in enumerate(outcome.captures) if c is not None and c.error is not None]
     if not failed:
         return None
-    if any(e.get("interrupted") for _, e in failed):
-        who = ", ".join(world.describe(i) for i, e in failed if e.get("interrupted"))
+    if any(e.interrupted for _, e in failed):
+        who = ", ".join(world.describe(i) for i, e in failed if e.interrupted)
         return PeerFailedError(f"{who} interrupted its cell")
-    named = [(cls, e) for _, e in failed
-             if (cls := errors.by_name(e["ename"])) is not None and not e.get("consequence")]
+    named = [(cls, e) for _, e in failed if (cls := errors.by_name(e.ename)) is not None and not e.consequence]
     if named:
         cls, first = named[0]
-        return cls(first["evalue"])
-    names = "; ".join(f"{world.describe(i)} raised {e['ename']}: {e['evalue']}" for i, e in failed)
+        return cls(first.evalue)
+    names = "; ".join(f"{world.describe(i)} raised {e.ename}: {e.evalue}" for i, e in failed)
     return CollectiveError(f"{names} (traceback in its column above)")
 
 
@@ -97,12 +97,13 @@ RULES: tuple[Rule, ...] = (_stopped_here, _raised_here, _cut_by_another, _follow
 
 def error_for(world: World, outcome: Outcome) -> BaseException | None:
     """The error this rank's cell must end with, if any (after the table is shown): the first rule's."""
-    own = (outcome.captures[world.rank] or {}).get("error")
+    mine = outcome.captures[world.rank]
+    own = None if mine is None else mine.error
     return next((error for rule in RULES if (error := rule(world, outcome, own)) is not None), None)
 
 
-def _own_error(world: World, own: dict[str, Any]) -> BaseException:
-    cls = errors.by_name(own["ename"])
+def _own_error(world: World, own: Raised) -> BaseException:
+    cls = errors.by_name(own.ename)
     if cls is not None:
-        return cls(own["evalue"])  # nbdist's own error: the same class on every rank
-    return CollectiveError(f"{world.describe(world.rank)} raised {own['ename']}: {own['evalue']}", own["traceback"])
+        return cls(own.evalue)  # nbdist's own error: the same class on every rank
+    return CollectiveError(f"{world.describe(world.rank)} raised {own.ename}: {own.evalue}", own.traceback or "")

@@ -35,7 +35,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import ranksets
@@ -49,7 +49,7 @@ from ..view import trace
 from ..view.shrink import fit
 from ..world import keys
 from ..world import verdict as verdicts
-from ..world.capture_record import Capture
+from ..world.capture_record import Capture, Raised
 from ..world.gather import Gathering
 from ..world.records import Arrival, CellStart, Failure
 from ..world.store import StoreClient
@@ -76,7 +76,7 @@ class Outcome:
     """What a cell produced on every rank, why it was cut short (if it was), and what the group needs."""
 
     number: int
-    captures: list[dict[str, Any] | None]  # by rank; None: none came (or a rank that shows no table read none)
+    captures: list[Capture | None]  # by rank; None: none came (or a rank that shows no table read none)
     reason: Failure | None = None  # the first failure, which cut the cell short on every rank
     rebuilt: str | None = None  # why the process group was rebuilt before this cell
     distrusted: str | None = None  # why it will be rebuilt at the next cell
@@ -210,14 +210,14 @@ def rank_set(text: str | None, world_size: int | None, flag: str = "--ranks") ->
         raise ConfigError(f"{flag}: {exc}") from None
 
 
-def skipped(ranks: tuple[int, ...]) -> dict[str, Any]:
+def skipped(ranks: tuple[int, ...]) -> Capture:
     """The capture of a rank outside ``--ranks``: one note, no error, no time."""
     who = ranksets.ranks_text(ranks)
-    return {"outputs": [{"kind": "note", "text": f"skipped: this cell runs on {who} only (--ranks)"}],
-            "result": None, "error": None, "wall": 0.0}
+    return Capture(outputs=[{"kind": "note", "text": f"skipped: this cell runs on {who} only (--ranks)"}],
+                   result=None, error=None, wall=0.0)
 
 
-Ran = tuple[dict[str, Any], Failure | None, bool]  # a body's capture, why its watch stopped it, whether the button did
+Ran = tuple[Capture, Failure | None, bool]  # a body's capture, why its watch stopped it, whether the button did
 
 
 @dataclass(frozen=True)
@@ -335,7 +335,7 @@ class _CellRun:
     ran: Ran | None = None
     published: str = ""
     reason: Failure | None = None
-    every: list[dict[str, Any] | None] | None = None  # every rank's record, if this rank read them to decide
+    every: list[Capture | None] | None = None  # every rank's record, if this rank read them to decide
 
     @property
     def cell(self) -> str:
@@ -387,7 +387,7 @@ class _CellRun:
                                   live, flags, self.stopper, self.driver, self.activate, self.turn, self.keep, aids,
                                   hang))
 
-    def outcome(self, captures: list[dict[str, Any] | None]) -> Outcome:
+    def outcome(self, captures: list[Capture | None]) -> Outcome:
         assert self.live is not None
         return Outcome(self.n, captures, self.reason, self.rebuilt, live_id=self.live.display_id,
                        view=self.flags.view, show=self.flags.show,
@@ -400,7 +400,7 @@ class _CellRun:
         self.published, self.reason = self.publish(*self.ran)
         return self.ending()
 
-    def publish(self, cap: dict[str, Any], reason: Failure | None, interrupted: bool) -> tuple[str, Failure | None]:
+    def publish(self, cap: Capture, reason: Failure | None, interrupted: bool) -> tuple[str, Failure | None]:
         """The record as published, and the reason the cell was cut short (None: it was not)."""
         world, cell, checker, live = self.world, self.cell, self.checker, self.live
         assert checker is not None and live is not None
@@ -408,7 +408,7 @@ class _CellRun:
             body_ended = time.monotonic()
             self.hang.stuck_since = lambda: body_ended  # at the cell's end, waiting for the others
         live.finish(cap)
-        record: dict[str, Any]
+        record: Capture
         try:
             record = _record(world, cap, checker, interrupted)
         except Exception as exc:  # nbdist's own bookkeeping failed: this rank's error, published at once
@@ -422,22 +422,23 @@ class _CellRun:
             self.reason = reason
             cut_short(failure, self.outcome(mine))
             raise failure
-        error = record["error"]
+        error = record.error
         if error is not None and reason is None:
-            kind = "interrupted" if error.get("interrupted") else "error"
+            kind = "interrupted" if error.interrupted else "error"
             me = world.describe(world.rank)
-            message = (f"{me} raised {error['ename']}: {error['evalue']}" if kind == "error"
-                       else f"{me} quit its debugger (q)" if error.get("ename") == "BdbQuit"
+            message = (f"{me} raised {error.ename}: {error.evalue}" if kind == "error"
+                       else f"{me} quit its debugger (q)" if error.ename == "BdbQuit"
                        else f"{me} interrupted its cell")
             first = publish(world.client, world, cell, Failure(world.rank, kind, message))
             if first.rank != world.rank:
                 reason = first  # another rank failed first
         if reason is not None and reason.rank != world.rank:
             if error is not None:
-                error["consequence"] = _is_consequence(error, checker)
-            if error is None or error["consequence"]:
-                record["cancelled"] = reason.message
-        published = fit(record)
+                error = replace(error, consequence=_is_consequence(error, checker))
+                record = replace(record, error=error)
+            if error is None or error.consequence:
+                record = replace(record, cancelled=reason.message)
+        published = fit(record.as_dict())
         world.client.set(world.key(keys.out(cell, world.rank)), published)
         return published, reason
 
@@ -464,7 +465,7 @@ class _CellRun:
         if world.pg is not None:
             world.pg.distrust(f"the end of {self.label} was not reached by every rank")
         partial = ([Capture.read(world.client.get_if(world.key(keys.out(cell, i)))) for i in range(world.world_size)]
-                   if self.shows_table else [json.loads(self.published) if i == world.rank else None
+                   if self.shows_table else [Capture.read(self.published) if i == world.rank else None
                                              for i in range(world.world_size)])  # nobody draws its table
         cut_short(exc, self.outcome(partial))
 
@@ -473,7 +474,7 @@ class _CellRun:
         cut short, and what the process group needs."""
         world = self.world
         world.note(f"finished {self.label}", cell=self.n)
-        captures, found = ending.records(world, self.cell, opened, json.loads(self.published), self.shows_table,
+        captures, found = ending.records(world, self.cell, opened, Capture.read(self.published), self.shows_table,
                                          self.every)
         outcome = self.outcome(captures)
         outcome.mismatch = found.mismatch
@@ -513,36 +514,32 @@ def _end_tick(world: World, cell: str, live: LiveTable, flags: Flags, started: f
                            "running its body")
 
 
-def _record(world: World, cap: dict[str, Any], checker: Checker, interrupted: bool) -> dict[str, Any]:
+def _record(world: World, cap: Capture, checker: Checker, interrupted: bool) -> Capture:
     """What this rank publishes about its cell: the capture, its collectives, its group's state."""
-    record = {**cap, "rank": world.rank, "collectives": dict(checker.counts)}
-    if checker.compare:
-        record["checks"] = checker.checks()
-    if checker.events is not None:
-        record["trace"] = trace.events(checker.events, checker.sigs)
-    if interrupted and record["error"] is not None:
-        record["error"]["interrupted"] = True
-    record["pg"] = world.pg.state() if world.pg is not None else {"ok": False, "why": "no process group"}
-    fit(record)  # raises here, inside the guard, if anything cannot be published
+    error = cap.error
+    record = replace(
+        cap, error=replace(error, interrupted=True) if interrupted and error is not None else error, rank=world.rank,
+        collectives=dict(checker.counts), checks=checker.checks() if checker.compare else None,
+        trace=trace.events(checker.events, checker.sigs) if checker.events is not None else None,
+        pg=world.pg.state() if world.pg is not None else {"ok": False, "why": "no process group"})
+    fit(record.as_dict())  # raises here, inside the guard, if anything cannot be published
     return record
 
 
-def _is_consequence(error: dict[str, Any], checker: Checker) -> bool:
+def _is_consequence(error: Raised, checker: Checker) -> bool:
     """Whether an error followed from the cell being stopped (a refused or cut collective)."""
-    if error["ename"] in _CONSEQUENCES or checker.failed_inside:
+    if error.ename in _CONSEQUENCES or checker.failed_inside:
         return True
-    return any(sign in str(error.get("evalue", "")) for sign in CUT_SIGNS)
+    return any(sign in error.evalue for sign in CUT_SIGNS)
 
 
-def _capture_failure(world: World, cap: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+def _capture_failure(world: World, cap: Capture, exc: BaseException) -> Capture:
     """A record for a rank whose capture could not be published, keeping what text it could."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    record = {
-        "outputs": [o for o in cap.get("outputs", []) if o.get("kind") in ("stdout", "stderr")], "result": None,
-        "wall": float(cap.get("wall", 0.0)), "rank": world.rank, "collectives": {},
-        "error": {"ename": "CaptureError", "evalue": f"nbdist could not capture this rank's output: {exc}",
-                  "traceback": capture.truncate(text), "short": capture.truncate(text)},
-        "pg": {"ok": False, "why": "its capture failed"},
-    }
-    json.dumps(record)
+    record = Capture(
+        outputs=[o for o in cap.outputs if o.get("kind") in ("stdout", "stderr")], result=None,
+        error=Raised(ename="CaptureError", evalue=f"nbdist could not capture this rank's output: {exc}",
+                     traceback=capture.truncate(text), short=capture.truncate(text)),
+        wall=float(cap.wall), rank=world.rank, collectives={}, pg={"ok": False, "why": "its capture failed"})
+    json.dumps(record.as_dict())
     return record

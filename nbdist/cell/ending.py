@@ -47,18 +47,19 @@ class Found:
         return json.dumps({k: v for k, v in found.items() if v}, separators=(",", ":"))
 
 
-def find(records: list[dict[str, Any] | None]) -> Found:
+def find(records: list[Capture | None]) -> Found:
     """What every rank needs to know from every rank's record (None: a rank's record that is not one)."""
-    distrusted = procgroup.verdict({i: (r or {}).get("pg") for i, r in enumerate(records)})
-    failed = tuple(i for i, r in enumerate(records) if r and r.get("error"))
+    distrusted = procgroup.verdict({i: None if r is None else r.pg for i, r in enumerate(records)})
+    failed = tuple(i for i, r in enumerate(records) if r is not None and r.error is not None)
     return Found(distrusted, mismatch(records), failed)
 
 
-def mismatch(records: list[dict[str, Any] | None]) -> str | None:
+def mismatch(records: list[Capture | None]) -> str | None:
     """Collectives that ran without a comparison first and did not match (only when no rank failed)."""
-    if any(r is None or r.get("error") or "checks" not in r for r in records):
+    checks = {i: r.checks for i, r in enumerate(records) if r is not None and r.error is None and r.checks is not None}
+    if len(checks) < len(records):
         return None
-    return history.end_mismatch({i: r["checks"] for i, r in enumerate(records) if r is not None}, differences)
+    return history.end_mismatch(checks, differences)
 
 
 def decode(opened: Verdict, world_size: int) -> Found | None:
@@ -79,14 +80,14 @@ def decode(opened: Verdict, world_size: int) -> Found | None:
     return Found(distrusted or None, mismatch_ or None, tuple(sorted(set(failed))))
 
 
-def read(world: World, cell: str, ranks: list[int]) -> list[dict[str, Any] | None]:
+def read(world: World, cell: str, ranks: list[int]) -> list[Capture | None]:
     """The records of ``ranks`` at ``cell``'s end, in one read (every rank published its record before it arrived)."""
     texts = world.client.multi_get([world.key(keys.out(cell, i)) for i in ranks]) if ranks else []
     return [Capture.read(t) for t in texts]
 
 
-def records(world: World, cell: str, opened: Verdict, own: dict[str, Any], everyone: bool,
-            read_all: list[dict[str, Any] | None] | None = None) -> tuple[list[dict[str, Any] | None], Found]:
+def records(world: World, cell: str, opened: Verdict, own: Capture | None, everyone: bool,
+            read_all: list[Capture | None] | None = None) -> tuple[list[Capture | None], Found]:
     """Every rank's record as this rank needs it (None where it read none), and what was found in them.
 
     ``opened``: the verdict the end's meeting opened with; ``own``: this rank's record as it published it;
@@ -101,7 +102,7 @@ def records(world: World, cell: str, opened: Verdict, own: dict[str, Any], every
         found = find(read_all)
     if read_all is not None:
         return read_all, found
-    captures: list[dict[str, Any] | None] = [None] * world.world_size
+    captures: list[Capture | None] = [None] * world.world_size
     captures[world.rank] = own
     others = [i for i in found.failed if i != world.rank]
     for i, record in zip(others, read(world, cell, others), strict=True):

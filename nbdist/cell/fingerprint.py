@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..backend.procgroup import group_name, members
 from ..errors import CollectiveMismatchError, PeerFailedError, PeerLostError, SkippedRanksError, StoppedError
@@ -182,7 +182,10 @@ def differences(fps: dict[int, dict[str, Any]]) -> list[str]:
     return problems
 
 
-class Published:
+_T = TypeVar("_T")
+
+
+class Published(Generic[_T]):
     """Keys the ranks publish once each and then count (one ``add`` on a count), read at one operation a look.
 
     A look reads the count; only when it moved since the last look does it read the keys of the ranks not
@@ -191,13 +194,13 @@ class Published:
     time a rank comes in, whatever the world's size (issue 34, item 6).
     """
 
-    def __init__(self, count: str, key: Callable[[int], str], read: Callable[[str | None], Any]) -> None:
+    def __init__(self, count: str, key: Callable[[int], str], read: Callable[[str | None], _T | None]) -> None:
         self._count, self._key = count, key  # both as the store client takes them (in the world's round)
         self._read = read  # a key's text (None: unset) as its value; None: unset, or not the record (anyone's text)
         self._seen = 0
-        self.found: dict[int, Any] = {}  # rank -> its published value (parsed JSON)
+        self.found: dict[int, _T] = {}  # rank -> its published value, as read
 
-    def look(self, client: StoreClient, ranks: Iterable[int]) -> dict[int, Any]:
+    def look(self, client: StoreClient, ranks: Iterable[int]) -> dict[int, _T]:
         """What ``ranks`` published, as far as the count says any did; every value found so far."""
         n = client.add(self._count, 0)
         if n != self._seen:
@@ -210,7 +213,7 @@ class Published:
         return self.found
 
 
-def ended(world: World, cell: str) -> Published:
+def ended(world: World, cell: str) -> Published[Capture]:
     """The ranks' records at ``cell``'s end (:func:`nbdist.world.keys.out`), by the count of those that ended it."""
     return Published(world.key(keys.ended(cell)), lambda i: world.key(keys.out(cell, i)), Capture.read)
 
@@ -246,7 +249,8 @@ class Checker:
         self.builds = 0  # process groups the body's init_process_group built after destroying the world's (rebuild)
         self.lock = threading.Lock()
         self._ended = ended(world, cell)  # the ranks that ended the body, as a waiting collective looks
-        self._late: tuple[str, Published] | None = None  # a late comparison's meeting, and its fingerprints
+        # A late comparison's meeting, and its fingerprints.
+        self._late: tuple[str, Published[dict[str, Any]]] | None = None
 
     def stop(self, failure: records.Failure) -> None:
         """No collective may start from now on (one already running is the watcher's to cut)."""
@@ -458,9 +462,9 @@ class Checker:
         self._peer_finished(name, seq, fp, ranks)  # it looks at who ended the body: read below as it found them
         for i in who:  # a rank whose own call completed (gloo may complete one side of a mismatch) and finished
             done = self._ended.found.get(i) if i != world.rank else None
-            if done is not None and "checks" in done:
+            if done is not None and done.checks is not None:
                 mine = self.checks()
-                why = end_mismatch({world.rank: mine, i: done["checks"]}, differences)
+                why = end_mismatch({world.rank: mine, i: done.checks}, differences)
                 if why is not None:
                     raise CollectiveMismatchError(why.replace(
                         "It ran, so its results may be wrong", "It completed on some ranks (their results may be "
@@ -534,12 +538,11 @@ class Checker:
         ended = self._ended.look(world.client, who)
         for i in who:
             done = ended.get(i)
-            if done is not None and (done.get("collectives") or {}).get(name, 0) < seq:
-                if done.get("error") is not None:
+            if done is not None and (issued := (done.collectives or {}).get(name, 0)) < seq:
+                if done.error is not None:
                     # It failed: a rank publishes its failure before its output, so this tick's earlier read of
                     # the failure may have come just too soon. Its error is the cause; the missing call follows.
                     raise_if_failed(world, self.cell)
-                issued = (done.get("collectives") or {}).get(name, 0)
                 raise CollectiveMismatchError(
                     f"{world.describe(i)} finished this cell after {issued} collective(s), but "
                     f"{world.describe(world.rank)} issued #{seq} ({fp['op']}): the ranks run different collectives"

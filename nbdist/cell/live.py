@@ -31,6 +31,7 @@ from ..view.celltable import cell_table
 from ..view.shrink import fit
 from ..view.tracebacks import is_cell
 from ..world import keys
+from ..world.capture_record import Capture
 from ..world.records import LivePart, MalformedRecord
 from ..world.world import World
 from .outputlog import OutputLog
@@ -101,11 +102,11 @@ class LiveTable:
     def _key(self, rank: int) -> str:
         return self.world.key(keys.live(self.cell, rank))
 
-    def finish(self, capture: dict[str, Any]) -> None:
+    def finish(self, capture: Capture) -> None:
         """The body ended on this rank: say so at once, if the others may be watching."""
-        error = capture.get("error")
-        self._mine = LivePart("failed" if error else "finished", [], wall=float(capture.get("wall", 0.0)),
-                              why=f"{error['ename']}" if error else "")
+        error = capture.error
+        self._mine = LivePart("failed" if error else "finished", [], wall=capture.wall,
+                              why=error.ename if error else "")
         if self.enabled and (self.display_id is not None or time.monotonic() >= self._next):
             self._publish(force=True)
 
@@ -176,7 +177,7 @@ class LiveTable:
         parts: list[LivePart | None] = [  # None: not published yet (still running)
             replace(self._mine, outputs=self.output.snapshot()) if i == world.rank else others.get(i)
             for i in range(world.world_size)]
-        captures = [{"outputs": [] if p is None else p.outputs} for p in parts]
+        captures = [Capture(outputs=[] if p is None else p.outputs, result=None, error=None, wall=0.0) for p in parts]
         states = [_state(p, now - self.started, self._sampled(i, p, now)) for i, p in enumerate(parts)]
         table = cell_table(self.title, world.registrations(), captures, states, view=self.view, show=self.show)
         bundle = table._repr_mimebundle_()

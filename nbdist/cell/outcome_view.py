@@ -14,15 +14,17 @@ from ..view import trace
 from ..view.celltable import CellTable, cell_table
 from ..view.display import Message
 from ..view.timeline import Timeline
+from ..world.capture_record import Capture
 from . import cells
 
 
 def show(world: Any, outcome: cells.Outcome) -> list[dict[str, Any]] | None:
     """Show the cell's table, and its timeline if it was traced; returns the traced calls (None: not traced)."""
     show_table(world, outcome)
-    if not any(c is not None and "trace" in c for c in outcome.captures):
+    traced = [None if c is None else c.trace for c in outcome.captures]
+    if all(t is None for t in traced):
         return None
-    calls = trace.merge(outcome.captures)
+    calls = trace.merge(traced)
     display(Timeline(calls, world.world_size, f"%%collective #{outcome.number}"))
     return calls
 
@@ -30,7 +32,8 @@ def show(world: Any, outcome: cells.Outcome) -> list[dict[str, Any]] | None:
 def final_table(world: Any, outcome: cells.Outcome) -> CellTable:
     """The cell's side-by-side table, drawn as its ``view`` and ``show`` say, with the group's note."""
     captures = outcome.captures
-    shown = [c or {"outputs": [{"kind": "note", "text": "(no result from this rank)"}], "wall": 0.0} for c in captures]
+    none = Capture(outputs=[{"kind": "note", "text": "(no result from this rank)"}], result=None, error=None, wall=0.0)
+    shown = [c or none for c in captures]
     title = f"%%collective #{outcome.number} · {world.world_size} ranks"
     if any(c is None for c in captures):
         title += " · partial: some ranks sent no result"
@@ -56,7 +59,7 @@ def where_note(outcome: cells.Outcome) -> str:
     """Where every rank was while the cell hung (:mod:`nbdist.debug.hangs`), if it ended badly: stopped, timed
     out, failed on a rank, or cut for a mismatch."""
     failed = outcome.reason is not None or outcome.mismatch is not None or any(
-        c is None or c.get("error") for c in outcome.captures)
+        c is None or c.error is not None for c in outcome.captures)
     return outcome.where or "" if failed else ""
 
 
@@ -72,17 +75,14 @@ def group_note(outcome: cells.Outcome) -> str:
     return ""
 
 
-def failing_ranks(captures: list[dict[str, Any] | None]) -> list[int]:
+def failing_ranks(captures: list[Capture | None]) -> list[int]:
     """The ranks whose body raised an error of its own (not the stop button, not a collective the cell cut)."""
-    failing = []
-    for i, cap in enumerate(captures):
-        error = (cap or {}).get("error")
-        if error and not error.get("interrupted") and not error.get("consequence") and not (cap or {}).get("cancelled"):
-            failing.append(i)
-    return failing
+    return [i for i, cap in enumerate(captures)
+            if cap is not None and (error := cap.error) is not None and not error.interrupted
+            and not error.consequence and not cap.cancelled]
 
 
-def debug_hint(captures: list[dict[str, Any] | None]) -> str:
+def debug_hint(captures: list[Capture | None]) -> str:
     """The failed cell's one line offering the debugger (%dist_pdb), "" when no rank's body failed of its own."""
     failing = failing_ranks(captures)
     if not failing:

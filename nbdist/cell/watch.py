@@ -248,7 +248,7 @@ class CellWatch:
         mine = pg.state().get("seq", {})
         finished = self._ended.look(self.client, [i for i in range(self.world.world_size) if i != self.world.rank])
         for i in sorted(finished):
-            theirs = ((finished[i] or {}).get("pg") or {}).get("seq", {})
+            theirs = (finished[i].pg or {}).get("seq", {})
             ahead = [(group, n, theirs[group]) for group, n in mine.items() if group in theirs and n > theirs[group]]
             if not ahead:
                 continue

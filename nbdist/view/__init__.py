@@ -7,5 +7,6 @@ by the base's ``nbdist.ranksets``), sanitising a rank's HTML (``sanitize``), fit
 timeline (``trace``, ``timeline``).
 
 May import: the shared base only. It never imports the cell protocol or the
-world: what it draws arrives as plain data.
+world: what it draws arrives as plain data, or as a record it reads by the fields a
+Protocol of its own names (a cell's captures: ``celltable.Captured``).
 """

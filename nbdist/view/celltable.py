@@ -1,6 +1,6 @@
 """The side-by-side table of one %%collective cell, live or final: one renderer for both.
 
-Pure: captures in (JSON data each rank published), HTML and text out. Each
+Pure: captures in (what each rank published, read by its fields: :class:`Captured`), HTML and text out. Each
 rank's column lists its outputs in the order it produced them (see
 :mod:`nbdist.cell.outputlog`). The ranks' sequences are aligned (:mod:`nbdist.view.align`):
 an output that every rank produced at the same point, equal in every MIME
@@ -18,8 +18,9 @@ from __future__ import annotations
 import html
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .. import ranksets
 from . import grouped, sanitize
@@ -33,6 +34,39 @@ _B64 = re.compile(r"^[A-Za-z0-9+/=\s]+$")
 _HTML_STYLE = "max-width:100%;overflow:auto"
 _SOURCE_SHOWN = {"image/svg+xml": "SVG", "text/markdown": "Markdown", "text/latex": "LaTeX"}
 FULL_TRACEBACK = "[full traceback, nbdist's frames included]"
+
+
+class CapturedError(Protocol):
+    """What a rank's body raised, as its column shows it (its capture's ``error``; None: not said)."""
+
+    @property
+    def ename(self) -> str: ...
+    @property
+    def evalue(self) -> str: ...
+    @property
+    def traceback(self) -> str | None: ...
+    @property
+    def short(self) -> str | None: ...
+    @property
+    def where(self) -> str | None: ...
+    @property
+    def consequence(self) -> bool | None: ...
+
+
+class Captured(Protocol):
+    """A rank's capture of a cell, as its column reads it: a :class:`nbdist.world.capture_record.Capture`, whose
+    module the view does not import (the view never imports the world)."""
+
+    @property
+    def outputs(self) -> Sequence[Mapping[str, Any]]: ...
+    @property
+    def result(self) -> Mapping[str, str] | None: ...
+    @property
+    def error(self) -> CapturedError | None: ...
+    @property
+    def wall(self) -> float: ...
+    @property
+    def cancelled(self) -> str | None: ...
 
 
 @dataclass
@@ -57,7 +91,7 @@ def _pre(text: str, style: str = "") -> str:
     return f'<pre style="{PRE_STYLE}{";" + style if style else ""}">{text_html(text)}</pre>'
 
 
-def bundle_html(data: dict[str, Any]) -> str:
+def bundle_html(data: Mapping[str, Any]) -> str:
     """A rank's mime bundle as safe HTML: its richest form that is safe to show here."""
     notes = f"<div><small>{html.escape(data[DROPPED])}</small></div>" if data.get(DROPPED) else ""
     for mime in ("image/png", "image/jpeg"):
@@ -73,20 +107,20 @@ def bundle_html(data: dict[str, Any]) -> str:
     return _pre(data.get("text/plain", "")) + notes
 
 
-def bundle_text(data: dict[str, Any]) -> str:
+def bundle_text(data: Mapping[str, Any]) -> str:
     text = data.get("text/plain")
     if not isinstance(text, str):
         text = next((data[m] for m in _SOURCE_SHOWN if isinstance(data.get(m), str)), "")
     return f"{text}\n{data[DROPPED]}" if data.get(DROPPED) else text
 
 
-def _bundle_piece(kind: str, data: dict[str, Any]) -> Piece:
+def _bundle_piece(kind: str, data: Mapping[str, Any]) -> Piece:
     text = bundle_text(data)
     alike = f"{kind}\0{template(text)[0]}" if set(data) <= {"text/plain", DROPPED} else ""
     return Piece(kind, text, bundle_html(data), f"{kind}\0{json.dumps(data, sort_keys=True)}", alike)
 
 
-def output_piece(output: dict[str, Any]) -> Piece:
+def output_piece(output: Mapping[str, Any]) -> Piece:
     """A piece from one entry of a capture's ``outputs``."""
     kind = output.get("kind", "note")
     if kind == "display":
@@ -103,22 +137,22 @@ def _details(summary: str, body: str) -> str:
     return f"<details><summary><small>{html.escape(summary)}</small></summary>{_pre(body)}</details>"
 
 
-def error_pieces(cap: dict[str, Any]) -> list[Piece]:
+def error_pieces(cap: Captured) -> list[Piece]:
     """A rank's error, and why nbdist stopped it: the user's frames first, the full traceback one click away."""
-    error = cap.get("error") or {}
-    cancelled = str(cap.get("cancelled") or "")
-    full = str(error.get("traceback", ""))
-    if error and cancelled and error.get("consequence"):
-        where = error.get("where") or ""
+    error = cap.error
+    cancelled = cap.cancelled or ""
+    full = "" if error is None or error.traceback is None else error.traceback
+    if error is not None and cancelled and error.consequence:
+        where = error.where or ""
         text = f"stopped{' in ' + where if where else ''}, because {cancelled}"
         body = f'{_pre(text)}{_details("full traceback", full)}'
         return [Piece("stopped", f"{text}\n{FULL_TRACEBACK}\n{full}", body, f"stopped\0{text}")]
     pieces = []
-    if error:
-        short = str(error.get("short") or full)
+    if error is not None:
+        short = error.short or full
         body = _pre(short) + (_details("full traceback (with nbdist's frames)", full) if short != full else "")
         text = short if short == full else f"{short}\n{FULL_TRACEBACK}\n{full}"
-        alike = f"error\0{error.get('ename')}\0{error.get('evalue')}\0{error.get('where')}"  # paths differ by kernel
+        alike = f"error\0{error.ename}\0{error.evalue}\0{error.where}"  # paths differ by kernel
         pieces.append(Piece("error", text, body, f"error\0{full}", alike))
     if cancelled:
         pieces.append(Piece("stopped", cancelled, _pre(cancelled), f"stopped\0{cancelled}"))
@@ -249,7 +283,7 @@ def state_kind(state: str) -> str:
     return _STATE_KIND.sub(lambda m: m[1] or (" (not moving)" if m[0].startswith(" (there") else ""), state)
 
 
-def cell_table(title: str, ranks: list[dict[str, Any]], captures: list[dict[str, Any]],
+def cell_table(title: str, ranks: list[dict[str, Any]], captures: Sequence[Captured],
                states: list[str] | None = None, view: str | None = None,
                show: list[int] | None = None) -> CellTable:
     """The table of one %%collective cell; ``states`` (one line per rank) while it is still running.
@@ -262,14 +296,14 @@ def cell_table(title: str, ranks: list[dict[str, Any]], captures: list[dict[str,
     shown = list(range(world_size)) if show is None else [r for r in show if r < world_size]
     if show is not None:
         title += f" · showing {ranksets.name(shown, world_size)} of {world_size}"
-    infos, captures = [ranks[r] for r in shown], [captures[r] for r in shown]
+    infos, caps = [ranks[r] for r in shown], [captures[r] for r in shown]
     states = None if states is None else [states[r] for r in shown]
-    columns = [f"rank {i} · {info.get('host', '?')}" + ("" if states else f" · {_duration(cap.get('wall', 0.0))}")
-               for i, info, cap in zip(shown, infos, captures, strict=True)]
-    rows = _aligned_rows([[output_piece(o) for o in cap.get("outputs", [])] for cap in captures])
+    columns = [f"rank {i} · {info.get('host', '?')}" + ("" if states else f" · {_duration(cap.wall)}")
+               for i, info, cap in zip(shown, infos, caps, strict=True)]
+    rows = _aligned_rows([[output_piece(o) for o in cap.outputs] for cap in caps])
     fixed = [
-        ("Out", [[_bundle_piece("Out", cap["result"])] if cap.get("result") else [] for cap in captures]),
-        ("error", [error_pieces(cap) for cap in captures]),
+        ("Out", [[_bundle_piece("Out", cap.result)] if cap.result else [] for cap in caps]),
+        ("error", [error_pieces(cap) for cap in caps]),
     ]
     if states:
         fixed.append(("state", [[Piece("state", s, _pre(s), f"state\0{s}", f"state\0{state_kind(s)}")]
@@ -280,6 +314,6 @@ def cell_table(title: str, ranks: list[dict[str, Any]], captures: list[dict[str,
         if row is not None:
             rows.append(row)
     table = CellTable(title, columns, rows, ranks=shown, hosts=[str(i.get("host", "?")) for i in infos],
-                      walls=[None if states else c.get("wall", 0.0) for c in captures], world_size=world_size)
+                      walls=[None if states else c.wall for c in caps], world_size=world_size)
     table.by_groups = grouped.choose(view, table)
     return table

@@ -13,6 +13,7 @@ reads, per collective, who arrived last and how long the others waited
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 LATE = 0.01  # seconds: an arrival later than this after the first is called late
@@ -49,9 +50,10 @@ def events(raw: list[tuple[Any, ...]], sigs: dict[int, dict[str, Any]]) -> list[
     return out
 
 
-def merge(captures: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
-    """Every rank's traced calls, each with its ``rank``, in order of entry."""
-    merged = [{**e, "rank": rank} for rank, c in enumerate(captures) if c for e in c.get("trace") or ()]
+def merge(traced: Sequence[Sequence[Mapping[str, Any]] | None]) -> list[dict[str, Any]]:
+    """Every rank's traced calls (by rank, as its record holds them: :func:`events`; None: none), each with its
+    ``rank``, in order of entry."""
+    merged = [{**e, "rank": rank} for rank, calls in enumerate(traced) for e in calls or ()]
     return sorted(merged, key=lambda e: (e["enter"], e["rank"]))
 
 

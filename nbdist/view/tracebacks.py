@@ -58,7 +58,7 @@ _IPYKERNEL_CELL = re.compile(r"[/\\]ipykernel_\d+[/\\][^/\\]+\.py$")
 
 
 def _skipped(tb: TracebackType | None, skip: int) -> TracebackType | None:
-    # Like capture._format_error: drop the caller's frames but never the innermost one.
+    # Like capture.error_of: drop the caller's frames but never the innermost one.
     for _ in range(skip):
         if tb is not None and tb.tb_next is not None:
             tb = tb.tb_next

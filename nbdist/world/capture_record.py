@@ -3,14 +3,12 @@ rank printed, showed, returned and raised, and what the end compares (see :mod:`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from .records import NUMBER, Fields, MalformedRecord, Object, json_object, or_none, shown, value_of, why_not
 
 OUTPUT_KINDS = ("stdout", "stderr", "note", "display")
-
-
 
 _BUNDLE = {str: str}  # a MIME bundle: text by MIME type (images as base64), as nbdist passes them on
 _TEXT_OUTPUT = Object({"kind": str, "text": str})
@@ -24,36 +22,58 @@ _TRACED = Object({"group": str, "seq": int, "op": str, "enter": NUMBER, "leave":
 
 
 @dataclass(frozen=True)
+class Raised:
+    """What a rank's body raised, as its capture records it and its column shows it: ``ename``, ``evalue``, the full
+    ``traceback``, ``short`` (the user's frames), ``where`` (the innermost line of the user's code); whether the stop
+    button ended it (``interrupted``), or it followed from the cell being cut elsewhere (``consequence``). Fields
+    left None are not said, and left out of the JSON (a failed capture's error says no ``where``; ``consequence`` is
+    said only once another rank cut the cell)."""
+
+    ename: str
+    evalue: str
+    traceback: str | None = None
+    short: str | None = None
+    where: str | None = None
+    interrupted: bool | None = None
+    consequence: bool | None = None
+
+    def as_dict(self) -> dict[str, str | bool]:
+        return {k: v for k, v in value_of(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class Capture:
     """One rank's record of a ``%%collective`` at its end (:mod:`nbdist.cell.ending`), read by every notebook
     that shows the cell's table and by the ranks that wait for it (a rank that ended its body publishes it).
 
     ``outputs``: what its body printed and showed, in order, each ``{"kind": "stdout"|"stderr"|"note", "text"}``
     or ``{"kind": "display", "data": bundle}`` (a bundle: text by MIME type); ``result``: the body's value as a
-    bundle; ``error``: what it raised (``ename``, ``evalue``, and ``traceback``, ``short``, ``where``; whether it
-    was ``interrupted``, or a ``consequence`` of the cell being cut); ``wall``: the body's seconds; ``rank``;
-    ``collectives``: how many of each it issued; ``pg``: its process group's state
-    (:meth:`nbdist.backend.procgroup.ProcessGroup.state`); ``checks``: its collectives' histories, for the end's
-    comparison; ``trace``: its traced calls; ``cancelled``: why the cell was cut short here. The views take the
-    record as its JSON object (:meth:`as_dict`), as it was published: fields left None are left out.
+    bundle; ``error``: what it raised (:class:`Raised`); ``wall``: the body's seconds; ``rank``;
+    ``collectives``: how many of each it issued; ``checks``: its collectives' histories, for the end's
+    comparison; ``trace``: its traced calls; ``pg``: its process group's state
+    (:meth:`nbdist.backend.procgroup.ProcessGroup.state`); ``cancelled``: why the cell was cut short here.
+    :func:`nbdist.cell.capture.run_cell` makes the first four; the cell adds the rest as it publishes it. Its one
+    codec is :meth:`as_dict` (the JSON object the store holds: fields left None are left out, but ``result`` and
+    ``error``) and :meth:`from_dict`; the views read it as it is, by its fields.
     """
 
     outputs: list[dict[str, Any]]
     result: dict[str, str] | None
-    error: dict[str, Any] | None
+    error: Raised | None
     wall: float
     rank: int | None = None
     collectives: dict[str, int] | None = None
-    pg: dict[str, Any] | None = None
     checks: dict[str, Any] | None = None
     trace: list[dict[str, Any]] | None = None
+    pg: dict[str, Any] | None = None
     cancelled: str | None = None
 
     _SHAPES: ClassVar[dict[str, Any]] = {"rank": int, "collectives": {str: int}, "pg": _GROUP_STATE,
                                          "checks": _CHECKS, "trace": [_TRACED], "cancelled": str}
 
     def as_dict(self) -> dict[str, Any]:
-        value = value_of(self)
+        """The record as the JSON object the store holds (:func:`nbdist.view.shrink.fit` cuts it to size)."""
+        value = {**value_of(self), "error": None if self.error is None else self.error.as_dict()}
         return {k: v for k, v in value.items() if v is not None or k in ("result", "error")}
 
     @classmethod
@@ -72,7 +92,9 @@ class Capture:
                 raise MalformedRecord(why, value)
         if "result" not in value or "error" not in value:
             raise MalformedRecord(f"it has no {'result' if 'result' not in value else 'error'!r}", value)
-        return cls(outputs=outputs, result=value["result"], error=value["error"], wall=read.number("wall"),
+        error = value["error"]
+        raised = None if error is None else Raised(**{f.name: error.get(f.name) for f in fields(Raised)})
+        return cls(outputs=outputs, result=value["result"], error=raised, wall=read.number("wall"),
                    **{name: value.get(name) for name in cls._SHAPES})
 
     @classmethod
@@ -80,8 +102,7 @@ class Capture:
         return cls.from_dict(json_object(text))
 
     @classmethod
-    def read(cls, text: str | None) -> dict[str, Any] | None:
-        """The record a rank published, as its JSON object, or None: none yet, or not a record (anyone can write
-        there: read as none, which every table shows as a rank that sent no result)."""
-        capture = or_none(cls.from_json, text)
-        return None if capture is None else capture.as_dict()
+    def read(cls, text: str | None) -> Capture | None:
+        """The record a rank published, or None: none yet, or not a record (anyone can write there: read as none,
+        which every table shows as a rank that sent no result)."""
+        return or_none(cls.from_json, text)

@@ -5,6 +5,7 @@ tells the others what it found; a rank that shows no table reads no other rank's
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import threading
@@ -21,6 +22,7 @@ from nbdist.cell.turn import Turn
 from nbdist.errors import CollectiveError, CollectiveMismatchError
 from nbdist.world import keys, store
 from nbdist.world import verdict as verdicts
+from nbdist.world.capture_record import Capture
 from nbdist.world.records import Registration
 from nbdist.world.store import Server, StoreCounts, connect
 from nbdist.world.world import World, step_name
@@ -93,9 +95,9 @@ def formed(port: int, n: int, distrusting: dict[int, str] | None = None) -> Iter
         server.stop()
 
 
-def capture(rank: int, error: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"outputs": [{"kind": "stdout", "text": f"rank {rank}: {OUTPUT}"}], "result": None, "error": error,
-            "wall": 0.01}
+def capture(rank: int, error: dict[str, Any] | None = None) -> Capture:
+    return Capture.from_dict({"outputs": [{"kind": "stdout", "text": f"rank {rank}: {OUTPUT}"}], "result": None,
+                              "error": error, "wall": 0.01})
 
 
 def counted_in(world: World, meeting: str, at_least: int = 1) -> None:
@@ -145,9 +147,9 @@ def run_cell(worlds: list[World], first: int, shows: set[int], errors: dict[int,
     return results
 
 
-def every_record(world: World, cell: str) -> list[dict[str, Any]]:
+def every_record(world: World, cell: str) -> list[Capture | None]:
     texts = world.client.multi_get([world.key(keys.out(cell, i)) for i in range(world.world_size)])
-    return [json.loads(t) for t in texts]
+    return [Capture.from_json(t) for t in texts]
 
 
 def test_what_a_rank_that_shows_no_table_reads_per_cell_does_not_grow_with_the_world(port, counts):
@@ -161,9 +163,9 @@ def test_what_a_rank_that_shows_no_table_reads_per_cell_does_not_grow_with_the_w
         for r in results.values():
             assert isinstance(r["outcome"], cells.Outcome), r["outcome"]
         worker, driver = results[1]["outcome"], results[0]["outcome"]
-        assert worker.captures[1]["outputs"] == capture(1)["outputs"]
+        assert worker.captures[1].outputs == capture(1).outputs
         assert [c is None for c in worker.captures] == [i != 1 for i in range(n)]
-        assert [c["outputs"] for c in driver.captures] == [capture(i)["outputs"] for i in range(n)]
+        assert [c.outputs for c in driver.captures] == [capture(i).outputs for i in range(n)]
         assert worker.distrusted is None and worker.mismatch is None and cellerror.error_for(worlds[1], worker) is None
         read[n] = results[1]["moved"]
         assert "multi_get" not in read[n]["kinds"], read[n]
@@ -198,9 +200,9 @@ def test_a_verdict_that_is_not_nbdists_findings_makes_the_rank_read_and_find_for
     """Anyone can write the end's verdict: a text that does not read as findings is not trusted."""
     with formed(port, 3, distrusting={2: "it has no process group yet"}) as worlds:
         world, cell = worlds[0], step_name(1)
-        records = [{**capture(i), "pg": worlds[i].pg.state()} for i in range(3)]
+        records = [dataclasses.replace(capture(i), pg=worlds[i].pg.state()) for i in range(3)]
         for i, record in enumerate(records):
-            world.client.set(world.key(keys.out(cell, i)), json.dumps(record))
+            world.client.set(world.key(keys.out(cell, i)), json.dumps(record.as_dict()))
         for said in ("", "not json", "[1]", '{"failed": [7]}', '{"distrusted": 3}'):
             captures, found = ending.records(world, cell, verdicts.go(said), records[0], everyone=False)
             assert captures == records

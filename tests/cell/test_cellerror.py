@@ -19,6 +19,7 @@ from nbdist.errors import (
     StoreConnectionError,
     WaitTimeout,
 )
+from nbdist.world.capture_record import Capture
 from nbdist.world.records import WORLD, Failure, Registration
 from nbdist.world.world import World
 
@@ -30,8 +31,8 @@ def error(ename: str, evalue: str = "bad", **more: Any) -> dict[str, Any]:
     return {"ename": ename, "evalue": evalue, "traceback": f"{ename}: {evalue}", **more}
 
 
-def capture(err: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"outputs": [], "result": None, "error": err, "wall": 0.0}
+def capture(err: dict[str, Any] | None = None) -> Capture:
+    return Capture.from_dict({"outputs": [], "result": None, "error": err, "wall": 0.0})
 
 
 STOPPED = error("KeyboardInterrupt", "", interrupted=True)

@@ -6,10 +6,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from nbdist.cell import cells, outcome_view
+from nbdist.world.capture_record import Capture
 
 
-def capture(error: dict[str, Any] | None = None, **more: Any) -> dict[str, Any]:
-    return {"outputs": [], "result": None, "error": error, "wall": 0.01, **more}
+def capture(error: dict[str, Any] | None = None, **more: Any) -> Capture:
+    return Capture.from_dict({"outputs": [], "result": None, "error": error, "wall": 0.01, **more})
 
 
 ZERO = {"ename": "ZeroDivisionError", "evalue": "division by zero", "traceback": "", "short": ""}

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from nbdist.cell.cells import Outcome, cut_short, partial_of
 from nbdist.errors import StoreConnectionError
+from nbdist.world.capture_record import Capture
 
 
 def test_an_exception_carries_the_partial_outcome_and_passes_it_on():
-    outcome = Outcome(number=3, captures=[{"rank": 0}, None])
+    outcome = Outcome(number=3, captures=[Capture(outputs=[], result=None, error=None, wall=0.0, rank=0), None])
     stop = KeyboardInterrupt()
     assert partial_of(stop) is None
     cut_short(stop, outcome)

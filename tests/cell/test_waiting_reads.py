@@ -15,6 +15,7 @@ from nbdist.cell.live import LiveTable
 from nbdist.cell.outputlog import OutputLog
 from nbdist.errors import CollectiveMismatchError
 from nbdist.world import gather, keys
+from nbdist.world.capture_record import Capture
 from nbdist.world.gather import Gathering
 from nbdist.world.records import MalformedRecord
 from nbdist.world.store import COUNTS
@@ -55,9 +56,9 @@ def test_a_record_is_read_once_after_its_count_moved_and_never_again(pair):
     published = ended(waiting, cell)
     published.look(waiting.client, [1])
     end_body(other, cell, collectives=1)
-    assert published.look(waiting.client, [1])[1]["collectives"] == {"0": 1}
+    assert published.look(waiting.client, [1])[1].collectives == {"0": 1}
     before = ops()
-    assert published.look(waiting.client, [1])[1]["rank"] == 1
+    assert published.look(waiting.client, [1])[1].rank == 1
     assert ops() - before == 1
 
 
@@ -140,7 +141,8 @@ def test_the_live_table_reads_the_others_parts_only_when_their_count_moved(pair)
     theirs = LiveTable(other, cell, "cell", OutputLog(), None)
     table._show(0.0)
     assert "running" in shown.html and "finished" not in shown.html
-    theirs.finish({"wall": 1.5, "error": None})  # not yet shown anywhere, not 0.5 s in: publishes nothing
+    # Not yet shown anywhere, not 0.5 s in: publishes nothing.
+    theirs.finish(Capture(outputs=[], result=None, error=None, wall=1.5))
     theirs._publish(force=True)
     before = ops()
     table._show(0.0)

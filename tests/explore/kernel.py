@@ -26,6 +26,7 @@ from nbdist.cell.stopper import SIGNAL, Stopper
 from nbdist.errors import StoppedError
 from nbdist.session import Session
 from nbdist.world import verdict as verdicts
+from nbdist.world.capture_record import Capture
 from nbdist.world.verdict import Verdict
 from nbdist.world.world import World
 
@@ -117,7 +118,7 @@ def _body(b: cells.Body, code: Callable[[], None]) -> cells.Ran:
         if b.stopper is not None:
             b.stopper.pause()
             b.stopper.disarm()
-    return {"outputs": [], "result": None, "error": error, "wall": 0.0}, None, False
+    return Capture(outputs=[], result=None, error=error, wall=0.0), None, False
 
 
 class Kernel:

@@ -1,4 +1,5 @@
-"""The table of one %%collective cell, live or final: merge rule, order, safety, errors. Pure, no kernel."""
+"""The table of one %%collective cell, live or final: merge rule, order, safety, errors. Pure, no kernel: each
+rank's capture is its record as published, read by its one codec (the view takes it by its fields)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 
 from nbdist.view.celltable import FULL_TRACEBACK, cell_table
 from nbdist.view.shrink import DROPPED, fit
+from nbdist.world.capture_record import Capture
 
 RANKS = [{"host": "host-a"}, {"host": "host-b"}]
 FIG = "<Figure size 200x100 with 1 Axes>"
@@ -19,8 +21,12 @@ def _show(data: dict) -> dict:
     return {"kind": "display", "data": data}
 
 
-def _cap(*outputs: dict, result: dict | None = None, error: dict | None = None, **extra) -> dict:
+def _record(*outputs: dict, result: dict | None = None, error: dict | None = None, **extra) -> dict:
     return {"outputs": list(outputs), "result": result, "error": error, "wall": 0.01, **extra}
+
+
+def _cap(*outputs: dict, result: dict | None = None, error: dict | None = None, **extra) -> Capture:
+    return Capture.from_dict(_record(*outputs, result=result, error=error, **extra))
 
 
 def test_identical_output_is_shown_once_and_marked_identical():
@@ -136,18 +142,18 @@ def test_a_live_table_has_a_state_row_per_rank_and_no_durations_in_its_headings(
 
 def test_a_capture_of_megabytes_fits_the_store_and_says_what_it_dropped():
     huge = {"text/plain": FIG, "image/png": "A" * (6 * 1024 * 1024)}
-    text = fit(_cap(_out("out\n"), _show(huge), _show({"text/plain": "small", "image/png": "QUFB"})))
+    text = fit(_record(_out("out\n"), _show(huge), _show({"text/plain": "small", "image/png": "QUFB"})))
     assert len(text) < 8 * 1024 * 1024
     kept = json.loads(text)["outputs"]
     assert kept[1]["data"]["text/plain"] == FIG and "image/png" not in kept[1]["data"]
     assert "image/png, 6.3 MB, not shown" in kept[1]["data"][DROPPED]
     assert kept[2]["data"]["image/png"] == "QUFB"  # only as much as needed was dropped
-    html = cell_table("t", RANKS, [json.loads(text)] * 2)._repr_html_()
+    html = cell_table("t", RANKS, [Capture.from_json(text)] * 2)._repr_html_()
     assert "not shown: this rank&#x27;s output was over nbdist&#x27;s" in html
 
 
 def test_even_text_too_large_for_the_store_leaves_a_note():
-    record = _cap(*[_out("x" * 10_000 + "\n", k) for k in ("stdout", "stderr") * 50])
+    record = _record(*[_out("x" * 10_000 + "\n", k) for k in ("stdout", "stderr") * 50])
     cut = fit(record, limit=300_000)
     assert len(cut) <= 300_000 and cut.count("characters not shown") == 100
     gone = fit(record, limit=50_000)

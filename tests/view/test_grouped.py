@@ -6,14 +6,16 @@ import re
 
 from nbdist.view.celltable import cell_table
 from nbdist.view.display import Cell, SideBySide
+from nbdist.world.capture_record import Capture
 
 
 def _ranks(n: int, hosts: int = 1) -> list[dict]:
     return [{"host": f"host-{'ab'[r * hosts // n]}"} for r in range(n)]
 
 
-def _cap(text: str, error: dict | None = None, wall: float = 0.01) -> dict:
-    return {"outputs": [{"kind": "stdout", "text": text}], "result": None, "error": error, "wall": wall}
+def _cap(text: str, error: dict | None = None, wall: float = 0.01) -> Capture:
+    return Capture.from_dict({"outputs": [{"kind": "stdout", "text": text}], "result": None, "error": error,
+                              "wall": wall})
 
 
 def _error(ename: str = "ValueError", evalue: str = "bad", where: str = "cell line 3", path: str = "/tmp/1.py") -> dict:
@@ -101,7 +103,7 @@ def test_show_limits_the_columns_to_some_ranks():
 
 
 def test_live_states_read_as_one_line_by_group():
-    caps = [{"outputs": []} for _ in range(8)]
+    caps = [Capture(outputs=[], result=None, error=None, wall=0.0) for _ in range(8)]  # as the live table draws
     states = ["running 34 s"] * 7 + ["finished in 2.0 s, waiting for the others"]
     text = repr(cell_table("t", _ranks(8), caps, states))
     assert "state: running 34 s: all but rank 7 · waiting for the others: rank 7" in text
@@ -128,7 +130,7 @@ def test_a_status_table_of_many_ranks_folds_alike_columns():
 
 
 def test_a_hang_says_where_each_group_waits_and_who_has_not_reached_the_collective():
-    caps = [{"outputs": []} for _ in range(8)]
+    caps = [Capture(outputs=[], result=None, error=None, wall=0.0) for _ in range(8)]  # as the live table draws
     states = [f"running 34 s, waits in all_reduce #12 at cell line 8 for {30 + r} s" for r in range(8)]
     states[6] = "running 34 s, at cell line 5 (there for 20 s)"
     text = repr(cell_table("t", _ranks(8), caps, states))
