@@ -145,7 +145,7 @@ class PlainNet:
             return  # it reached no collective: nothing to tell, nothing broken
         pg = world.pg
         try:
-            world.note("finished a plain cell's collectives")  # its watch noted what it was inside: no longer
+            world.notes.write("finished a plain cell's collectives")  # its watch noted what it was inside: no longer
             own = watch.reason is None or watch.reason.rank == world.rank
             if error is not None and own:
                 why = "the stop button" if type(error) is KeyboardInterrupt else f"{type(error).__name__}: {error}"

@@ -138,7 +138,7 @@ def ensure(session: GroupHost) -> str | None:
         announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to rebuild "
                                            f"the process group ({why})")
         return Meeting("rebuild", f"rebuilding the process group before this cell's collective (step #{n}: {why})",
-                       TIMEOUTS["barrier"], on_tick=announce, working=world.busy_elsewhere, on_missed=cells.say)
+                       TIMEOUTS["barrier"], on_tick=announce, working=world.notes.busy_elsewhere, on_missed=cells.say)
 
     # Its own turn (the plain cell that needs it has none); once every rank arrived each builds, then a stop that
     # came meanwhile stops the plain cell.
@@ -201,8 +201,8 @@ class _Announcement:
         if self.said or time.monotonic() - self.since < self.AFTER:
             return
         self.said = True
-        name = keys.arrival(self.step)
-        waiting = [f"{self.world.describe(i)} ({self.world.doing_as(i, last)})" for i in range(self.world.world_size)
-                   if i != self.world.rank and ((last := self.world.note_of(i)) is None or last.barrier != name)]
+        name, world = keys.arrival(self.step), self.world
+        waiting = [f"{world.describe(i)} ({world.notes.doing_as(i, last)})" for i in range(world.world_size)
+                   if i != world.rank and ((last := world.notes.of(i)) is None or last.barrier != name)]
         print(f"{self.what}; waiting for {'; '.join(waiting) or 'the others'}. The stop button ends the wait.",
               file=sys.stderr, flush=True)

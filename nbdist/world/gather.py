@@ -53,9 +53,9 @@ class Gathering:
     every rank); ``working(rank, last)``: from a missing rank's last note, whether it still works towards this
     barrier (running the cell's body, say): ``timeout`` does not count for such a rank while its heartbeat lives;
     ``on_tick``: the caller's check in every slice of the wait; ``then``: what this rank's note reads as once the
-    barrier opened (:meth:`World.last`), "passed LABEL" if not given; ``step``: the barrier is step ``step``'s
-    meeting (:func:`meet`): opening or closing it takes that turn, and a stop that lands once every rank arrived
-    is raised as :class:`StoppedAfterOpen` for the turn to place (elsewhere it is raised as it came).
+    barrier opened (:meth:`.notes.Notes.last`), "passed LABEL" if not given; ``step``: the barrier is step
+    ``step``'s meeting (:func:`meet`): opening or closing it takes that turn, and a stop that lands once every rank
+    arrived is raised as :class:`StoppedAfterOpen` for the turn to place (elsewhere it is raised as it came).
     """
 
     name: str
@@ -143,7 +143,7 @@ def barrier(world: World, g: Gathering) -> Verdict:
         # The note comes before the arrival, from every rank: once the barrier opens, every rank's note reads as
         # ``then`` (a status read before its next note), also the note of a rank that arrived just before the
         # last and had not written it yet when the others went on (a 16-rank status met "running" there).
-        world.note(f"waiting at {g.label}", barrier=g.name, then=g.then or f"passed {g.label}", turn=g.step)
+        world.notes.write(f"waiting at {g.label}", barrier=g.name, then=g.then or f"passed {g.label}", turn=g.step)
         if meeting.arrived(world.client.add(keys.arrivals(base), 1), expected) is Next.DECIDE:
             decided = g.verdict() if g.verdict is not None else verdicts.GO
             if g.step is not None:
@@ -238,7 +238,7 @@ def _close(world: World, base: str, reason: str, step: int | None = None) -> Ver
 def _note_gave_up(world: World, label: str, why: str) -> None:
     """This rank waits at ``label`` no more: its note must not say it still does."""
     try:
-        world.note(f"stopped waiting at {label} ({why})")
+        world.notes.write(f"stopped waiting at {label} ({why})")
     except StoreConnectionError:
         return
 
@@ -257,7 +257,7 @@ def close_step(world: World, n: int, reason: str) -> Verdict | None:
 def not_arrived(world: World, name: str, members: list[int] | None) -> dict[int, Note | None]:
     """The last recorded activity of each rank that has not arrived at barrier ``name``."""
     ranks = [i for i in (range(world.world_size) if members is None else members) if i != world.rank]
-    return {i: last for i, last in world.notes(ranks).items() if last is None or last.barrier != name}
+    return {i: last for i, last in world.notes.of_ranks(ranks).items() if last is None or last.barrier != name}
 
 
 def _missing_work(world: World, name: str, members: list[int] | None,
@@ -270,9 +270,9 @@ def _missing_work(world: World, name: str, members: list[int] | None,
 def who_is_missing(world: World, name: str, timeout: float, label: str, members: list[int] | None = None) -> str:
     """The message of a wait at barrier ``name`` that gave up: every rank that had not arrived, doing what."""
     missing = []
-    for i, last in world.notes(list(range(world.world_size) if members is None else members)).items():
+    for i, last in world.notes.of_ranks(list(range(world.world_size) if members is None else members)).items():
         if last is not None and last.barrier == name:
             continue
-        missing.append(f"{world.describe(i)}; {world.doing_as(i, last)}")
+        missing.append(f"{world.describe(i)}; {world.notes.doing_as(i, last)}")
     who = "; ".join(missing) or "none (they arrived as this rank gave up)"
     return f"{label}: not every rank arrived within {timeout:g} s. Missing: {who}"

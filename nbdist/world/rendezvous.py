@@ -105,7 +105,7 @@ def join(
             client.append(keys.in_round(r, keys.JOINED), f"{rank},")
         break
     world = World(client, r, rank, world_size, me)
-    world.note("joining")
+    world.notes.write("joining")
     try:
         _wait_until_formed(client, world, timeout, deadline, started, on_status)
     except BaseException:
@@ -133,7 +133,7 @@ def _replace(
     world = World(client, r, rank, world_size, me)
     world.bump_generation(world.store_generation())
     world.enter_generation(world.store_generation())
-    world.note("rejoined (replacing a rank that stopped responding)")
+    world.notes.write("rejoined (replacing a rank that stopped responding)")
     world.replaced = Registration.read(holder_text)  # None: the slot held something else
     return world
 

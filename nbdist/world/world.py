@@ -1,6 +1,6 @@
-"""A formed world, seen from one rank: who is in it, its step numbers, its generations, each rank's notes and
-whether the others are still there. Its meetings are :mod:`nbdist.world.gather`'s, the heartbeats' judge
-:mod:`nbdist.world.liveness`.
+"""A formed world, seen from one rank: who is in it, its step numbers, its generations and whether the others are
+still there; each rank's notes are its part ``notes`` (:mod:`nbdist.world.notes`). Its meetings are
+:mod:`nbdist.world.gather`'s, the heartbeats' judge :mod:`nbdist.world.liveness`.
 
 Every step the ranks take together (a ``%%collective``, a ``%dist_barrier``, a
 rebuild of the process group for a plain cell's collective) is a numbered
@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import HEARTBEAT_INTERVAL
 from ..errors import JoinError, PeerLostError, WorldChangedError
 from . import keys, records
-from . import verdict as verdicts
 from .liveness import PeerTracker
-from .records import Busy, MalformedRecord, Note, Registration
+from .notes import Notes
+from .records import MalformedRecord, Registration
 from .store import StoreClient
 
 TURN = keys.TURN  # the last step the world took (see the module docstring)
@@ -82,7 +82,11 @@ class World:
     _next_round_check: float = 0.0
     _next_peer_check: float = 0.0
     _tracker: PeerTracker | None = None
-    _noted: set[int] = field(default_factory=set)  # ranks seen to have a note (last/<i>): it is never taken back
+    notes: Notes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Each part reads the world's client, round and members as they are at each call, not as they were here.
+        self.notes = Notes(self)
 
     def registrations(self) -> list[dict[str, Any]]:
         """Each rank's registration as its JSON object (for the pure parts that take one: views, plans, checks)."""
@@ -120,29 +124,7 @@ class World:
         """Move the world past step ``n``; idempotent, and a no-op once the world is past it."""
         self.client.compare_set(self.key(TURN), str(n - 1), str(n))
 
-    # --- activity and health ----------------------------------------------
-    def note(self, what: str, *, barrier: str | None = None, then: str | None = None, turn: int | None = None,
-             cell: int | None = None, body: str | None = None) -> None:
-        """Record what this rank is doing, for other ranks' timeouts and status (:class:`.records.Note`)."""
-        note = Note(what, time.time(), barrier=barrier, then=then, turn=turn, cell=cell, body=body)
-        self.client.set(self.key(keys.last(self.rank)), note.to_json())
-
-    def note_of(self, rank: int) -> Note | None:
-        """``rank``'s note as it is (None: none yet, or not a note)."""
-        return Note.read(self.client.get_if(self.key(keys.last(rank))))
-
-    def last(self, rank: int) -> Note | None:
-        """What ``rank`` last recorded; a wait at a barrier that has opened since reads as passed it.
-
-        A rank records its next activity only once it runs again, so right after a cell the
-        slowest rank's record may still say it waits at the cell's end, which is over.
-        """
-        last = self.note_of(rank)
-        if last is None or not last.barrier or not last.then:
-            return last
-        decided = verdicts.decode(self.client.get_if(self.key(keys.state(last.barrier))))
-        return replace(last, what=last.then) if decided is not None and decided.opened else last
-
+    # --- health -----------------------------------------------------------
     def check_world(self) -> None:
         """Raise if this round was superseded or failed, or a rank left (for every wait slice)."""
         now = time.monotonic()
@@ -195,49 +177,11 @@ class World:
                      "the network is back), this notebook carries on at its next %%collective")
         return PeerLostError(f"{who}. {again}")
 
-    def notes(self, ranks: list[int]) -> dict[int, Note | None]:
-        """The notes of ``ranks`` (None: none yet, or not a note), as they are, in rank order: those of the ranks
-        seen to have one in one ``multi_get`` (a note is replaced, never removed), the others one by one until
-        they have one."""
-        known = [i for i in ranks if i in self._noted]
-        texts = self.client.multi_get([self.key(keys.last(i)) for i in known]) if known else []
-        found: dict[int, Note | None] = {i: Note.read(t) for i, t in zip(known, texts, strict=True)}
-        for i in ranks:
-            if i not in found:
-                text = self.client.get_if(self.key(keys.last(i)))
-                if text is not None:
-                    self._noted.add(i)
-                found[i] = Note.read(text)
-        return {i: found[i] for i in ranks}
-
-    def busy_elsewhere(self, i: int, last: Note | None) -> bool:
-        """A ``working`` rule for barriers outside cells: rank ``i`` runs a cell, and waits at no barrier."""
-        busy = Busy.read(self.client.get_if(self.key(keys.busy(i))))
-        return busy is not None and busy.busy and (last is None or last.barrier is None)
-
-    def doing(self, i: int) -> str:
-        """What rank ``i`` does now, in words, for the message of a wait that gives up on it."""
-        return self.doing_as(i, self.note_of(i))
-
-    def doing_as(self, i: int, last: Note | None) -> str:
-        """:meth:`doing`, from rank ``i``'s note as already read."""
-        busy = Busy.read(self.client.get_if(self.key(keys.busy(i))))
-        state = ""
-        waits = last is not None and last.barrier is not None
-        if busy is not None and not busy.busy and not waits:
-            state = f"idle since {time.strftime('%H:%M:%S', time.localtime(busy.t))}; "
-        elif busy is not None and busy.busy and not waits:
-            state = "running a cell; "
-        if last is None:
-            return f"{state}no activity recorded"
-        ago = max(0.0, time.time() - last.t)
-        return f"{state}last: {last.what}, {ago:.0f} s ago"
-
     def leave(self) -> None:
         """Tell the others this rank left (they see it in %dist_status)."""
         self.client.set_json(self.key(keys.left(self.rank)), {"t": time.time()})
         self.client.add(self.key(keys.LEFT_N), 1)
-        self.note("left the world")
+        self.notes.write("left the world")
 
 
 def step_name(n: int) -> str:
