@@ -206,9 +206,9 @@ class Session:
         self.cell_turn.join(self.pg_timeout)
         self.user_init.install(self._formed, lambda: rebuild.restore(self))
         self.cell_turn.start_guard(client.clone(op_timeout=5.0), world.key, cfg.rank, self.id)
-        world.last_turn = world.turn() - 1  # the steps before this rank joined are not ones it missed
+        world.last_turn = world.turns.next() - 1  # the steps before this rank joined are not ones it missed
         if world.replaced is None:
-            world.gen = world.store_generation()
+            world.gen = world.generations.stored()
             self.rebuild_process_group("join")
         self._answer_where()
         world.notes.write("joined")

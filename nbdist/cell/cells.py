@@ -131,7 +131,7 @@ def start_verdict(world: World, arrivals: list[Arrival]) -> Verdict:
     else:
         why = procgroup.verdict({i: rec.pg for i, rec in enumerate(records)})
     if why is None:
-        gen = world.store_generation()  # now, not when each rank arrived: it may have moved while they waited
+        gen = world.generations.stored()  # now, not when each rank arrived: it may have moved while they waited
         older = [i for i, rec in enumerate(records) if rec.pg.get("gen", gen) != gen]
         if older:
             why = (f"{ranksets.ranks_text(older)}: the world moved on while they waited (a rank rejoined, or "

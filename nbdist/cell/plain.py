@@ -154,6 +154,6 @@ class PlainNet:
             if pg is not None and error is not None and distributed_failure(error):
                 pg.distrust(f"a collective of a plain cell failed ({type(error).__name__})")  # torch's own, too
             if pg is not None and pg.broken and pg.gen == world.gen:
-                world.bump_generation(pg.gen)  # the others rebuild at their next cell that uses it, too
+                world.generations.bump(pg.gen)  # the others rebuild at their next cell that uses it, too
         except StoreConnectionError as exc:
             log.info("could not tell the others this plain cell ended: %s", exc)

@@ -123,7 +123,7 @@ def ensure(session: GroupHost) -> str | None:
     Returns why it rebuilt, or None.
     """
     world = session.require_world("a collective")
-    gen = world.store_generation()
+    gen = world.generations.stored()
     pg = world.pg
     if pg is not None and not pg.broken and pg.gen == gen and pg.is_current():
         return None
@@ -133,7 +133,7 @@ def ensure(session: GroupHost) -> str | None:
         why = session.debug.why_moved(world) or "a rank rejoined, or another rank's process group failed"
     else:
         why = pg.reason if pg.broken else "the notebook's code destroyed the process group"
-        world.bump_generation(gen)  # our own group of this generation: tell the others
+        world.generations.bump(gen)  # our own group of this generation: tell the others
     def meeting(n: int) -> Meeting:
         announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to rebuild "
                                            f"the process group ({why})")

@@ -6,7 +6,7 @@ to arrive, or waits until the state is decided; :mod:`nbdist.world.meeting` make
 frozen facts, and :mod:`nbdist.world.verdict` is the state's one codec. A rank that stops waiting (a timeout, a
 stop, a lost peer) closes the barrier with its reason, so the ranks still waiting fail with that reason and a late
 one fails at once. A step's meeting (:func:`meet`) is such a barrier, ``t/<n>/in``, whose opening or closing also
-takes the world's turn ``n`` (:meth:`nbdist.world.world.World.take_turn`).
+takes the world's turn ``n`` (:meth:`nbdist.world.counters.Turns.take`).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def barrier(world: World, g: Gathering) -> Verdict:
         if meeting.arrived(world.client.add(keys.arrivals(base), 1), expected) is Next.DECIDE:
             decided = g.verdict() if g.verdict is not None else verdicts.GO
             if g.step is not None:
-                world.take_turn(g.step)
+                world.turns.take(g.step)
             state = verdicts.decode(world.client.compare_set(keys.state(base), "", decided.encode()))
         else:
             state = _wait_open(world, base, g)
@@ -228,7 +228,7 @@ def _close(world: World, base: str, reason: str, step: int | None = None) -> Ver
     (one that opened, if it opened meanwhile); None if the store is gone."""
     try:
         if step is not None:
-            world.take_turn(step)
+            world.turns.take(step)
         closed = f"{world.describe(world.rank)} {reason}"
         return verdicts.decode(world.client.compare_set(keys.state(base), "", closed))
     except StoreConnectionError:  # the store itself is gone: nobody to tell
@@ -250,7 +250,7 @@ def close(world: World, name: str, reason: str) -> Verdict | None:
 
 def close_step(world: World, n: int, reason: str) -> Verdict | None:
     """Close step ``n``'s meeting with this rank's reason (whether or not it got there); returns its verdict."""
-    world.take_turn(n)
+    world.turns.take(n)
     return close(world, keys.arrival(n), reason)
 
 

@@ -1,21 +1,7 @@
-"""A formed world, seen from one rank: who is in it, its step numbers, its generations and whether the others are
-still there; each rank's notes are its part ``notes`` (:mod:`nbdist.world.notes`). Its meetings are
-:mod:`nbdist.world.gather`'s, the heartbeats' judge :mod:`nbdist.world.liveness`.
-
-Every step the ranks take together (a ``%%collective``, a ``%dist_barrier``, a
-rebuild of the process group for a plain cell's collective) is a numbered
-*turn*. The number is the store's (``r/<r>/turn``: the last turn taken), never
-a count one rank keeps: a rank reads it at its next step and meets the others
-at ``t/<n>`` (:func:`nbdist.world.gather.meet`). A turn is taken when its meeting opens or is
-closed, and whoever opens or closes it moves the counter on before saying so.
-So a rank whose step was stopped before it began, or that missed steps, meets
-the others at the next one, and no stop can put the ranks' numbering out of
-step. A follower meets at the number its driver sent, which is the driver's.
-
-The process groups are rebuilt whenever they fail (a rank raised, was
-interrupted, died and was replaced): each rebuild is a *generation*, counted in
-``r/<r>/gen``; a rank whose group is of an older generation rebuilds it with
-the others at its next step that uses it.
+"""A formed world, seen from one rank: who is in it and whether the others are still there; its numbers are its
+parts ``turns`` and ``generations`` (:mod:`nbdist.world.counters`), each rank's notes its part ``notes``
+(:mod:`nbdist.world.notes`). Its meetings are :mod:`nbdist.world.gather`'s, the heartbeats' judge
+:mod:`nbdist.world.liveness`.
 """
 
 from __future__ import annotations
@@ -28,25 +14,11 @@ from typing import Any
 from ..config import HEARTBEAT_INTERVAL
 from ..errors import JoinError, PeerLostError, WorldChangedError
 from . import keys, records
+from .counters import Generations, Turns, current_round
 from .liveness import PeerTracker
 from .notes import Notes
 from .records import MalformedRecord, Registration
 from .store import StoreClient
-
-TURN = keys.TURN  # the last step the world took (see the module docstring)
-
-
-def current_round(client: StoreClient) -> int:
-    text = client.get_if(keys.ROUND)
-    return int(text) if text else 0
-
-
-def bump_generation(client: StoreClient, key: str, seen: int | None) -> int:
-    """Read a generation counter (one round trip); with ``seen``, move it past ``seen`` once."""
-    current = client.add(key, 0)  # creates it as "0"
-    if seen is not None and current == seen:
-        client.compare_set(key, str(seen), str(seen + 1))
-    return current
 
 
 def read_ranks(texts: list[str], before: list[Registration] | None = None) -> list[Registration]:
@@ -82,10 +54,13 @@ class World:
     _next_round_check: float = 0.0
     _next_peer_check: float = 0.0
     _tracker: PeerTracker | None = None
+    turns: Turns = field(init=False, repr=False, compare=False)
+    generations: Generations = field(init=False, repr=False, compare=False)
     notes: Notes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Each part reads the world's client, round and members as they are at each call, not as they were here.
+        self.turns, self.generations = Turns(self), Generations(self)
         self.notes = Notes(self)
 
     def registrations(self) -> list[dict[str, Any]]:
@@ -100,29 +75,12 @@ class World:
         info = self.ranks[i] if i < len(self.ranks) else None
         return f"rank {i} ({info.host}, pid {info.pid})" if info is not None else f"rank {i} (?, pid ?)"
 
-    # --- generations -----------------------------------------------------
-    def store_generation(self) -> int:
-        return bump_generation(self.client, self.key(keys.GEN), None)
-
-    def bump_generation(self, seen: int) -> None:
-        """Ask every rank to rebuild the process group at its next cell (once per failure)."""
-        bump_generation(self.client, self.key(keys.GEN), seen)
-
     def enter_generation(self, gen: int) -> None:
         """Take ``gen`` as this world's generation and re-read the registrations (a rank may have been replaced)."""
         self.gen = gen
         names = [self.key(keys.rank(i)) for i in range(self.world_size)]
         self.ranks = read_ranks(self.client.multi_get(names), self.ranks)
         self._tracker = None
-
-    # --- steps in lockstep ------------------------------------------------
-    def turn(self) -> int:
-        """The number of the world's next step (one round trip; see the module docstring)."""
-        return self.client.add(self.key(TURN), 0) + 1
-
-    def take_turn(self, n: int) -> None:
-        """Move the world past step ``n``; idempotent, and a no-op once the world is past it."""
-        self.client.compare_set(self.key(TURN), str(n - 1), str(n))
 
     # --- health -----------------------------------------------------------
     def check_world(self) -> None:
