@@ -89,7 +89,7 @@ def build(session: GroupHost, tag: str, step: int | None = None, also: Callable[
         if failed is not None and failed.rank != world.rank:
             raise PeerFailedError(f"rebuilding the process group (step #{step}): {failed.message}; run the next cell "
                                   "on every rank")
-        world.check_peers()
+        world.checks.peers()
         if also is not None:
             also()
 

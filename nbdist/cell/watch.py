@@ -301,7 +301,7 @@ class CellWatch:
                     if failure.rank == self.driver and failure.kind == "interrupted":
                         self._raise_in_body(StoppedError(failure.message))
                     return
-            self.world.check_peers(self.client)
+            self.world.checks.peers(self.client)
         except PeerLostError as exc:
             self._stop_cell(records.Failure(records.WORLD, "lost", str(exc)), tell=True)
         except StoreConnectionError as exc:

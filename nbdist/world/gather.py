@@ -184,8 +184,8 @@ def _wait_open(world: World, base: str, g: Gathering) -> Verdict | None:
 
     def tick() -> None:
         nonlocal deadline
-        world.check_world()
-        world.check_peers()
+        world.checks.world()
+        world.checks.peers()
         if g.on_tick is not None:
             g.on_tick()
         if world.attend is not None:

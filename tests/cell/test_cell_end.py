@@ -85,7 +85,7 @@ def formed(port: int, n: int, distrusting: dict[int, str] | None = None) -> Iter
             w.last_turn = w.turns.next() - 1
             w.pg = Group((distrusting or {}).get(w.rank))
             # The world's own checks run on a clock (every 0.5 s, every 1 s), whatever the cells: not a cell's cost.
-            w._next_round_check = w._next_peer_check = math.inf
+            w.checks._next_round_check = w.checks._next_peer_check = math.inf
         yield worlds
     finally:
         for c in clients:

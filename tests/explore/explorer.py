@@ -192,7 +192,7 @@ def execute(lab: Lab, scenario: Scenario, chooser: Recorder, bound: int | None =
     lab.rounds = max(lab.rounds, current_round(lab.control)) + 1  # past any round a re-run %%dist_init opened
     k, n = lab.rounds, scenario.ranks
     infos = [Registration(session=f"explore-{k}-{i}", rank=i, host="h", pid=100 + i) for i in range(n)]
-    lab.control.set("round", str(k))  # World.check_world reads it: this round is the current one
+    lab.control.set("round", str(k))  # World.checks.world reads it: this round is the current one
     lab.clock.reset()
     prefix, session = f"r/{k}/", f"explore-{k}-"
     scheduler = Scheduler(
