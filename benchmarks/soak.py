@@ -312,8 +312,8 @@ def fault_cells(kind: str, world: World, rng: random.Random) -> tuple[list[str],
 def stop_everyone(world: World) -> None:
     """What %dist_stop and nbdist stop send: a stop of every rank's running cell."""
     from nbdist.cell.guard import request_stop
+    from nbdist.world.counters import current_round
     from nbdist.world.store import connect
-    from nbdist.world.world import current_round
 
     client = connect("127.0.0.1", world.port, token=world.token)
     try:

@@ -177,8 +177,8 @@ def _stop(args: argparse.Namespace) -> int:
     from .cell.guard import request_stop
     from .errors import NbdistError
     from .world import keys
+    from .world.counters import current_round
     from .world.store import connect
-    from .world.world import current_round
 
     token = args.token or os.environ.get("NBDIST_TOKEN") or None
     try:
@@ -202,9 +202,9 @@ def _where(args: argparse.Namespace) -> int:
     from .debug import where
     from .errors import NbdistError
     from .world import keys, signing
+    from .world.counters import current_round
     from .world.records import Registration
     from .world.store import connect
-    from .world.world import current_round
 
     token = args.token or os.environ.get("NBDIST_TOKEN") or None
     if not args.timeout > 0:

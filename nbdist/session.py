@@ -209,12 +209,12 @@ class Session:
         self.cell_turn.join(self.pg_timeout)
         self.user_init.install(self._formed, lambda: rebuild.restore(self.group))
         self.cell_turn.start_guard(client.clone(op_timeout=5.0), world.key, cfg.rank, self.id)
-        world.last_turn = world.turn() - 1  # the steps before this rank joined are not ones it missed
+        world.last_turn = world.turns.next() - 1  # the steps before this rank joined are not ones it missed
         if world.replaced is None:
-            world.gen = world.store_generation()
+            world.gen = world.generations.stored()
             self.rebuild_process_group("join")
         self._answer_where()
-        world.note("joined")
+        world.notes.write("joined")
         return world.registrations()
 
     def _answer_where(self) -> None:
@@ -393,12 +393,12 @@ class Session:
             self.drive.before(world, self.secret, "barrier", flags={"timeout": timeout}, step=n)
 
         def meeting(n: int) -> turn.Meeting:
-            return turn.Meeting("barrier", f"%dist_barrier #{n}", timeout, working=world.busy_elsewhere,
+            return turn.Meeting("barrier", f"%dist_barrier #{n}", timeout, working=world.notes.busy_elsewhere,
                                 on_missed=cells.say)
 
         claim = steps.Claim(step=step, publish=None if step is not None else publish, sync=True)
         steps.drive(bar, world, steps.Plan(steps.BARRIER, meeting, turn.BARRIER, claim))
-        world.note(f"passed %dist_barrier #{bar.step}")
+        world.notes.write(f"passed %dist_barrier #{bar.step}")
         return time.perf_counter() - start
 
     def status(self) -> list[dict[str, Any]]:
@@ -407,7 +407,7 @@ class Session:
         rows = []
         now = time.time()
         for i, info in enumerate(world.ranks):
-            last = world.last(i)
+            last = world.notes.last(i)
             beat = beat_from(world.client.get_if(keys.heartbeat(info.session)))
             left = world.client.check([world.key(keys.left(i))])
             age = None if beat is None else max(0.0, now - beat.t)

@@ -223,7 +223,7 @@ def two_worlds(port: int) -> Iterator[tuple[Any, Any]]:
     clients = [connect("127.0.0.1", port) for _ in range(2)]
     try:
         first, second = (World(c, 0, i, 2, TWO_RANKS[i], TWO_RANKS) for i, c in enumerate(clients))
-        first.last_turn = second.last_turn = first.turn() - 1
+        first.last_turn = second.last_turn = first.turns.next() - 1
         yield first, second
     finally:
         for c in clients:

@@ -32,7 +32,7 @@ def raw_store(port: int):
 
 def round_of(store) -> int:
     text = store.get("nbdist/round").decode() if store.check(["nbdist/round"]) else ""
-    return int(text) if text else 0  # as nbdist.world.world.current_round reads it
+    return int(text) if text else 0  # as nbdist.world.counters.current_round reads it
 
 
 def wait_following(port: int, ranks: list[int], timeout: float = 30) -> None:

@@ -2,7 +2,7 @@
 
 The world has one switch, ``r/<round>/debug`` in the store (JSON: on or off, a change
 number, who changed it). :func:`switch` writes it and then moves the world to a new
-generation (:mod:`nbdist.world.world`), so every rank rebuilds its process group at its next
+generation (:mod:`nbdist.world.counters`), so every rank rebuilds its process group at its next
 step that uses it, as after a failure (a %%collective's start decides it for every rank; a
 plain cell's collective meets the others first, ``Session.ensure_group``). Every build of a
 group on a rank (join, rebuild) first applies the switch to that rank's environment, and
@@ -266,7 +266,7 @@ def switch(session: Switched, on: bool) -> str:
     else:
         raise WorldChangedError(f"other notebooks changed the debug switch {CHANGE_TRIES} times while this one "
                                 f"tried: run %dist_debug {word} again")
-    world.bump_generation(world.store_generation())  # after the switch: whoever sees the move reads it
+    world.generations.bump(world.generations.stored())  # after the switch: whoever sees the move reads it
     return _changed(world, on, backend)
 
 

@@ -131,7 +131,7 @@ def start_verdict(world: World, arrivals: list[Arrival]) -> Verdict:
     else:
         why = procgroup.verdict({i: rec.pg for i, rec in enumerate(records)})
     if why is None:
-        gen = world.store_generation()  # now, not when each rank arrived: it may have moved while they waited
+        gen = world.generations.stored()  # now, not when each rank arrived: it may have moved while they waited
         older = [i for i, rec in enumerate(records) if rec.pg.get("gen", gen) != gen]
         if older:
             why = (f"{ranksets.ranks_text(older)}: the world moved on while they waited (a rank rejoined, or "
@@ -380,9 +380,9 @@ class _CellRun:
         hang = self.hang = None if aids is None else aids.hang(world, asks=self.driver is None)
         if flags.ranks is not None and world.rank not in flags.ranks:
             # Not at work in the body (no "body" in the note): the members' end barrier need not wait for this rank.
-            world.note(f"skipping {label} (--ranks {ranksets.fold(flags.ranks)})", cell=self.n)
+            world.notes.write(f"skipping {label} (--ranks {ranksets.fold(flags.ranks)})", cell=self.n)
             return skipped(flags.ranks), None, False
-        world.note(f"running {label}", cell=self.n, body=cell)
+        world.notes.write(f"running {label}", cell=self.n, body=cell)
         return self.run_body(Body(world, self.watch_client, cell, label, self.shell, self.source, output, checker,
                                   live, flags, self.stopper, self.driver, self.activate, self.turn, self.keep, aids,
                                   hang))
@@ -473,7 +473,7 @@ class _CellRun:
         """The cell ended on every rank: every rank's capture (this rank's only, if it shows no table), why it was
         cut short, and what the process group needs."""
         world = self.world
-        world.note(f"finished {self.label}", cell=self.n)
+        world.notes.write(f"finished {self.label}", cell=self.n)
         captures, found = ending.records(world, self.cell, opened, Capture.read(self.published), self.shows_table,
                                          self.every)
         outcome = self.outcome(captures)
@@ -509,7 +509,7 @@ def _end_tick(world: World, cell: str, live: LiveTable, flags: Flags, started: f
         hang.tick()
     if not _within_max_time(flags, started):
         running = [world.describe(i) for i in range(world.world_size)
-                   if (last := world.note_of(i)) is not None and last.body == cell]
+                   if (last := world.notes.of(i)) is not None and last.body == cell]
         raise MaxTimeError(f"--max-time {flags.max_time:g} s ran out with {', '.join(running) or 'a rank'} still "
                            "running its body")
 

@@ -153,7 +153,7 @@ class PlainNet:
             return  # it reached no collective: nothing to tell, nothing broken
         pg = world.pg
         try:
-            world.note("finished a plain cell's collectives")  # its watch noted what it was inside: no longer
+            world.notes.write("finished a plain cell's collectives")  # its watch noted what it was inside: no longer
             own = watch.reason is None or watch.reason.rank == world.rank
             if error is not None and own:
                 why = "the stop button" if type(error) is KeyboardInterrupt else f"{type(error).__name__}: {error}"
@@ -162,6 +162,6 @@ class PlainNet:
             if pg is not None and error is not None and distributed_failure(error):
                 pg.distrust(f"a collective of a plain cell failed ({type(error).__name__})")  # torch's own, too
             if pg is not None and pg.broken and pg.gen == world.gen:
-                world.bump_generation(pg.gen)  # the others rebuild at their next cell that uses it, too
+                world.generations.bump(pg.gen)  # the others rebuild at their next cell that uses it, too
         except StoreConnectionError as exc:
             log.info("could not tell the others this plain cell ended: %s", exc)

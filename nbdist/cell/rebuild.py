@@ -83,7 +83,7 @@ def build(parts: Parts, tag: str, step: int | None = None, also: Callable[[], No
         if failed is not None and failed.rank != world.rank:
             raise PeerFailedError(f"rebuilding the process group (step #{step}): {failed.message}; run the next cell "
                                   "on every rank")
-        world.check_peers()
+        world.checks.peers()
         if also is not None:
             also()
 
@@ -117,7 +117,7 @@ def ensure(parts: Parts) -> str | None:
     Returns why it rebuilt, or None.
     """
     world = parts.link.require_world("a collective")
-    gen = world.store_generation()
+    gen = world.generations.stored()
     pg = world.pg
     if pg is not None and not pg.broken and pg.gen == gen and pg.is_current():
         return None
@@ -127,12 +127,12 @@ def ensure(parts: Parts) -> str | None:
         why = parts.backend.debug.why_moved(world) or "a rank rejoined, or another rank's process group failed"
     else:
         why = pg.reason if pg.broken else "the notebook's code destroyed the process group"
-        world.bump_generation(gen)  # our own group of this generation: tell the others
+        world.generations.bump(gen)  # our own group of this generation: tell the others
     def meeting(n: int) -> Meeting:
         announce = _Announcement(world, n, f"nbdist: this cell's first collective waits for every rank to rebuild "
                                            f"the process group ({why})")
         return Meeting("rebuild", f"rebuilding the process group before this cell's collective (step #{n}: {why})",
-                       TIMEOUTS["barrier"], on_tick=announce, working=world.busy_elsewhere, on_missed=cells.say)
+                       TIMEOUTS["barrier"], on_tick=announce, working=world.notes.busy_elsewhere, on_missed=cells.say)
 
     # Its own turn (the plain cell that needs it has none); once every rank arrived each builds, then a stop that
     # came meanwhile stops the plain cell.
@@ -195,8 +195,8 @@ class _Announcement:
         if self.said or time.monotonic() - self.since < self.AFTER:
             return
         self.said = True
-        name = keys.arrival(self.step)
-        waiting = [f"{self.world.describe(i)} ({self.world.doing_as(i, last)})" for i in range(self.world.world_size)
-                   if i != self.world.rank and ((last := self.world.note_of(i)) is None or last.barrier != name)]
+        name, world = keys.arrival(self.step), self.world
+        waiting = [f"{world.describe(i)} ({world.notes.doing_as(i, last)})" for i in range(world.world_size)
+                   if i != world.rank and ((last := world.notes.of(i)) is None or last.barrier != name)]
         print(f"{self.what}; waiting for {'; '.join(waiting) or 'the others'}. The stop button ends the wait.",
               file=sys.stderr, flush=True)

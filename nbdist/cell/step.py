@@ -178,4 +178,4 @@ def _claim(turn: Turn, world: World, plan: Plan[R]) -> None:
         assert plan.closes is not None
         turn.starts(world, plan.closes, claim.publish)
     else:
-        turn.claim(world.turn())
+        turn.claim(world.turns.next())

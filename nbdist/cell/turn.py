@@ -1,7 +1,7 @@
 """One rank's turn at a step: its phases, and how a step ends early.
 
 Every ``%%collective``, ``%dist_barrier`` and rebuild of the process group is a numbered step of
-the world (:mod:`nbdist.world.world`). One rank's part in a step goes through these phases::
+the world (:mod:`nbdist.world.counters`). One rank's part in a step goes through these phases::
 
     IDLE --claim--> CLAIMED --> ARRIVING --counted--> MEETING --opened--> [BUILDING] --> BODY --> ENDING --> DONE
                        |            |                    |                    |           |         |
@@ -285,7 +285,7 @@ class Turn:
         if world is None or not is_collective(raw):
             return
         try:
-            self.claim(world.turn())
+            self.claim(world.turns.next())
         except StoreConnectionError:  # the cell itself will say so
             return
 
@@ -298,7 +298,7 @@ class Turn:
         if self.phase not in (Phase.IDLE, Phase.CLAIMED, Phase.DONE):  # the kernel's turn is at another's step
             raise TurnError(f"a %%collective cannot run inside another %%collective's body (step #{self.step}, "
                             f"{self.phase.value}): run it as a cell of its own, or as plain code in the body")
-        step = self.step if self.phase is Phase.CLAIMED and self.step is not None else world.turn()
+        step = self.step if self.phase is Phase.CLAIMED and self.step is not None else world.turns.next()
         self.claim(step)
         try:
             refuse_if_peer_did_not_start(world, step, body)
@@ -327,7 +327,7 @@ class Turn:
             try:
                 catch_up()
                 if self.step is None:  # the step could not be read as the cell began: the world's next one
-                    self.claim(world.turn())
+                    self.claim(world.turns.next())
                 self.abort(world, leaving.reason, leaving.interrupted, leaving.body)
             except StoreConnectionError as exc:
                 log.info("could not tell the others this rank's cell did not start: %s", exc)
@@ -378,7 +378,7 @@ def close(world: World, step: int, reason: str, interrupted: bool = False, body:
 
 def abandon(world: World, reason: str, interrupted: bool = False, body: str | None = None) -> None:
     """A %%collective that failed before it reached the protocol still takes its turn, closed, so none waits."""
-    close(world, world.turn(), reason, interrupted, body)
+    close(world, world.turns.next(), reason, interrupted, body)
 
 
 def refuse_sent(world: World, step: object, reason: str) -> None:
@@ -388,7 +388,7 @@ def refuse_sent(world: World, step: object, reason: str) -> None:
     (the one a genuine driver waits at), never one it has passed or one still to come. The step is closed as
     any rank's that never arrived (:meth:`Turn.abort` from ``CLAIMED``): this one turn, nothing else.
     """
-    if not isinstance(step, int) or isinstance(step, bool) or step != world.turn():
+    if not isinstance(step, int) or isinstance(step, bool) or step != world.turns.next():
         return
     refusal = Turn()
     refusal.claim(step)

@@ -3,7 +3,7 @@
 While a %%collective body (or a plain cell, in a formed world) runs on the
 kernel's main thread, this thread watches, every 0.1 s, for: another
 rank's failure in this cell (its ``failed`` key; not for plain cells), a rank
-that is gone (see :class:`~nbdist.world.world.PeerTracker`), the rendezvous server
+that is gone (see :class:`~nbdist.world.liveness.PeerTracker`), the rendezvous server
 going away, the stop button (SIGINT, seen through ``signal.set_wakeup_fd``,
 since it is not delivered while C++ blocks), ``--max-time`` running out, and a
 stop of every rank handed over by the guard (:mod:`nbdist.cell.guard`). The last two
@@ -301,7 +301,7 @@ class CellWatch:
                     if failure.rank == self.driver and failure.kind == "interrupted":
                         self._raise_in_body(StoppedError(failure.message))
                     return
-            self.world.check_peers(self.client)
+            self.world.checks.peers(self.client)
         except PeerLostError as exc:
             self._stop_cell(records.Failure(records.WORLD, "lost", str(exc)), tell=True)
         except StoreConnectionError as exc:

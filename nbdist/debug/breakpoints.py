@@ -220,12 +220,12 @@ class Here:
     def entered(self, frame: FrameType | None) -> None:
         self.at = cell_line_of(frame) or 0
         with contextlib.suppress(Exception):  # a note is for the others' waits and %dist_status only
-            self.world.note(f"in the debugger at cell line {self.at}", body=self.cell)
+            self.world.notes.write(f"in the debugger at cell line {self.at}", body=self.cell)
 
     def left(self) -> None:
         self.at = None
         with contextlib.suppress(Exception):
-            self.world.note(f"running {self.label}", body=self.cell)
+            self.world.notes.write(f"running {self.label}", body=self.cell)
 
     def cannot_ask(self) -> None:
         self.out.write("nbdist: this notebook's front end takes no input here: the breakpoint is skipped\n")

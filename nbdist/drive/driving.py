@@ -24,7 +24,7 @@ def _note(world: World, why: str) -> None:
     """Say why following ended in this rank's note: nobody sees a spawned worker's output, but ``%dist_status``
     and the message of a rank that waits for it show its note."""
     try:
-        world.note(why[:300])
+        world.notes.write(why[:300])
     except StoreConnectionError as exc:  # the server is gone: nobody to tell
         log.info("could not note why following ended: %s", exc)
 

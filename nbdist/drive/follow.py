@@ -273,7 +273,7 @@ class Follower:
         return cell
 
     def _tick(self) -> None:
-        self.world.check_world()
+        self.world.checks.world()
         now = time.monotonic()
         if now < self._next_driver_check:
             return

@@ -6,7 +6,7 @@ to arrive, or waits until the state is decided; :mod:`nbdist.world.meeting` make
 frozen facts, and :mod:`nbdist.world.verdict` is the state's one codec. A rank that stops waiting (a timeout, a
 stop, a lost peer) closes the barrier with its reason, so the ranks still waiting fail with that reason and a late
 one fails at once. A step's meeting (:func:`meet`) is such a barrier, ``t/<n>/in``, whose opening or closing also
-takes the world's turn ``n`` (:meth:`nbdist.world.world.World.take_turn`).
+takes the world's turn ``n`` (:meth:`nbdist.world.counters.Turns.take`).
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ class Gathering:
     every rank); ``working(rank, last)``: from a missing rank's last note, whether it still works towards this
     barrier (running the cell's body, say): ``timeout`` does not count for such a rank while its heartbeat lives;
     ``on_tick``: the caller's check in every slice of the wait; ``then``: what this rank's note reads as once the
-    barrier opened (:meth:`World.last`), "passed LABEL" if not given; ``step``: the barrier is step ``step``'s
-    meeting (:func:`meet`): opening or closing it takes that turn; ``late_stop``: where a stop that lands once
-    every rank arrived goes, the others going on (the turn keeps it for what follows the meeting: a rebuild that
-    every rank started must finish first); without it, it is raised as it came.
+    barrier opened (:meth:`.notes.Notes.last`), "passed LABEL" if not given; ``step``: the barrier is step
+    ``step``'s meeting (:func:`meet`): opening or closing it takes that turn; ``late_stop``: where a stop that lands
+    once every rank arrived goes, the others going on (the turn keeps it for what follows the meeting: a rebuild
+    that every rank started must finish first); without it, it is raised as it came.
     """
 
     name: str
@@ -134,11 +134,11 @@ def barrier(world: World, g: Gathering) -> Verdict:
         # The note comes before the arrival, from every rank: once the barrier opens, every rank's note reads as
         # ``then`` (a status read before its next note), also the note of a rank that arrived just before the
         # last and had not written it yet when the others went on (a 16-rank status met "running" there).
-        world.note(f"waiting at {g.label}", barrier=g.name, then=g.then or f"passed {g.label}", turn=g.step)
+        world.notes.write(f"waiting at {g.label}", barrier=g.name, then=g.then or f"passed {g.label}", turn=g.step)
         if meeting.arrived(world.client.add(keys.arrivals(base), 1), expected) is Next.DECIDE:
             decided = g.verdict() if g.verdict is not None else verdicts.GO
             if g.step is not None:
-                world.take_turn(g.step)
+                world.turns.take(g.step)
             state = verdicts.decode(world.client.compare_set(keys.state(base), "", decided.encode()))
         else:
             state = _wait_open(world, base, g)
@@ -176,8 +176,8 @@ def _wait_open(world: World, base: str, g: Gathering) -> Verdict | None:
 
     def tick() -> None:
         nonlocal deadline
-        world.check_world()
-        world.check_peers()
+        world.checks.world()
+        world.checks.peers()
         if g.on_tick is not None:
             g.on_tick()
         if world.attend is not None:
@@ -220,7 +220,7 @@ def _close(world: World, base: str, reason: str, step: int | None = None) -> Ver
     (one that opened, if it opened meanwhile); None if the store is gone."""
     try:
         if step is not None:
-            world.take_turn(step)
+            world.turns.take(step)
         closed = f"{world.describe(world.rank)} {reason}"
         return verdicts.decode(world.client.compare_set(keys.state(base), "", closed))
     except StoreConnectionError:  # the store itself is gone: nobody to tell
@@ -230,7 +230,7 @@ def _close(world: World, base: str, reason: str, step: int | None = None) -> Ver
 def _note_gave_up(world: World, label: str, why: str) -> None:
     """This rank waits at ``label`` no more: its note must not say it still does."""
     try:
-        world.note(f"stopped waiting at {label} ({why})")
+        world.notes.write(f"stopped waiting at {label} ({why})")
     except StoreConnectionError:
         return
 
@@ -242,14 +242,14 @@ def close(world: World, name: str, reason: str) -> Verdict | None:
 
 def close_step(world: World, n: int, reason: str) -> Verdict | None:
     """Close step ``n``'s meeting with this rank's reason (whether or not it got there); returns its verdict."""
-    world.take_turn(n)
+    world.turns.take(n)
     return close(world, keys.arrival(n), reason)
 
 
 def not_arrived(world: World, name: str, members: list[int] | None) -> dict[int, Note | None]:
     """The last recorded activity of each rank that has not arrived at barrier ``name``."""
     ranks = [i for i in (range(world.world_size) if members is None else members) if i != world.rank]
-    return {i: last for i, last in world.notes(ranks).items() if last is None or last.barrier != name}
+    return {i: last for i, last in world.notes.of_ranks(ranks).items() if last is None or last.barrier != name}
 
 
 def _missing_work(world: World, name: str, members: list[int] | None,
@@ -262,9 +262,9 @@ def _missing_work(world: World, name: str, members: list[int] | None,
 def who_is_missing(world: World, name: str, timeout: float, label: str, members: list[int] | None = None) -> str:
     """The message of a wait at barrier ``name`` that gave up: every rank that had not arrived, doing what."""
     missing = []
-    for i, last in world.notes(list(range(world.world_size) if members is None else members)).items():
+    for i, last in world.notes.of_ranks(list(range(world.world_size) if members is None else members)).items():
         if last is not None and last.barrier == name:
             continue
-        missing.append(f"{world.describe(i)}; {world.doing_as(i, last)}")
+        missing.append(f"{world.describe(i)}; {world.notes.doing_as(i, last)}")
     who = "; ".join(missing) or "none (they arrived as this rank gave up)"
     return f"{label}: not every rank arrived within {timeout:g} s. Missing: {who}"

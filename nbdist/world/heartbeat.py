@@ -77,7 +77,7 @@ class Heartbeat:
 
     def stop(self) -> None:
         """Stop beating (the pulse too, without it saying "gone") and leave a last beat that no longer moves, never
-        removed: a peer reads the beats it has seen in one ``multi_get`` (:class:`nbdist.world.world.PeerTracker`),
+        removed: a peer reads the beats it has seen in one ``multi_get`` (:class:`nbdist.world.liveness.PeerTracker`),
         which would wait for a removed one. Idempotent."""
         if self._stop.is_set():
             return

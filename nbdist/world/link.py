@@ -32,7 +32,7 @@ def sync_generation(world: World, gen: int | None = None) -> int:
     The process group stays until the next cell that uses it rebuilds it. Returns the generation.
     ``gen``: the store's generation, where the caller knows it (a follower, from its driver's message).
     """
-    gen = world.store_generation() if gen is None else gen
+    gen = world.generations.stored() if gen is None else gen
     if gen != world.gen:
         world.enter_generation(gen)
     return gen

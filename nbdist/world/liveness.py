@@ -1,5 +1,5 @@
 """Which other ranks are alive, by their heartbeats (:mod:`nbdist.world.pulse`) as this rank's own clock sees
-them move: every wait's peer check (:meth:`nbdist.world.world.World.check_peers`), and the debuggers' watch of the
+them move: every wait's peer check (:meth:`nbdist.world.checks.Checks.peers`), and the debuggers' watch of the
 rank they stop."""
 
 from __future__ import annotations

@@ -20,10 +20,11 @@ from ..config import POLL_INTERVAL
 from ..errors import JoinError, WaitTimeout, WorldChangedError
 from ..ranksets import ranks_text
 from . import keys, records
+from .counters import current_round
 from .pulse import beat_from
 from .records import Registration
 from .store import StoreClient
-from .world import World, current_round, read_ranks
+from .world import World, read_ranks
 
 StatusCallback = Callable[[dict[str, Any]], None]
 
@@ -105,7 +106,7 @@ def join(
             client.append(keys.in_round(r, keys.JOINED), f"{rank},")
         break
     world = World(client, r, rank, world_size, me)
-    world.note("joining")
+    world.notes.write("joining")
     try:
         _wait_until_formed(client, world, timeout, deadline, started, on_status)
     except BaseException:
@@ -131,9 +132,9 @@ def _replace(
     if client.compare_set(keys.in_round(r, keys.rank(rank)), holder_text, mine) != mine:
         return None
     world = World(client, r, rank, world_size, me)
-    world.bump_generation(world.store_generation())
-    world.enter_generation(world.store_generation())
-    world.note("rejoined (replacing a rank that stopped responding)")
+    world.generations.bump(world.generations.stored())
+    world.enter_generation(world.generations.stored())
+    world.notes.write("rejoined (replacing a rank that stopped responding)")
     world.replaced = Registration.read(holder_text)  # None: the slot held something else
     return world
 

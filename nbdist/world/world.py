@@ -1,52 +1,23 @@
-"""A formed world, seen from one rank: who is in it, its step numbers, its generations, each rank's notes and
-whether the others are still there. Its meetings are :mod:`nbdist.world.gather`'s, the heartbeats' judge
-:mod:`nbdist.world.liveness`.
-
-Every step the ranks take together (a ``%%collective``, a ``%dist_barrier``, a
-rebuild of the process group for a plain cell's collective) is a numbered
-*turn*. The number is the store's (``r/<r>/turn``: the last turn taken), never
-a count one rank keeps: a rank reads it at its next step and meets the others
-at ``t/<n>`` (:func:`nbdist.world.gather.meet`). A turn is taken when its meeting opens or is
-closed, and whoever opens or closes it moves the counter on before saying so.
-So a rank whose step was stopped before it began, or that missed steps, meets
-the others at the next one, and no stop can put the ranks' numbering out of
-step. A follower meets at the number its driver sent, which is the driver's.
-
-The process groups are rebuilt whenever they fail (a rank raised, was
-interrupted, died and was replaced): each rebuild is a *generation*, counted in
-``r/<r>/gen``; a rank whose group is of an older generation rebuilds it with
-the others at its next step that uses it.
+"""A formed world, seen from one rank: who is in it, its connection and its round's keys, and its parts, each with
+one job: its numbers (``turns``, ``generations``: :mod:`nbdist.world.counters`), each rank's notes (``notes``:
+:mod:`nbdist.world.notes`) and the checks of every wait (``checks``: :mod:`nbdist.world.checks`). Its meetings
+are :mod:`nbdist.world.gather`'s, the heartbeats' judge :mod:`nbdist.world.liveness`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import HEARTBEAT_INTERVAL
-from ..errors import JoinError, PeerLostError, WorldChangedError
+from ..errors import JoinError
 from . import keys, records
-from . import verdict as verdicts
-from .liveness import PeerTracker
-from .records import Busy, MalformedRecord, Note, Registration
+from .checks import Checks
+from .counters import Generations, Turns
+from .notes import Notes
+from .records import MalformedRecord, Registration
 from .store import StoreClient
-
-TURN = keys.TURN  # the last step the world took (see the module docstring)
-
-
-def current_round(client: StoreClient) -> int:
-    text = client.get_if(keys.ROUND)
-    return int(text) if text else 0
-
-
-def bump_generation(client: StoreClient, key: str, seen: int | None) -> int:
-    """Read a generation counter (one round trip); with ``seen``, move it past ``seen`` once."""
-    current = client.add(key, 0)  # creates it as "0"
-    if seen is not None and current == seen:
-        client.compare_set(key, str(seen), str(seen + 1))
-    return current
 
 
 def read_ranks(texts: list[str], before: list[Registration] | None = None) -> list[Registration]:
@@ -66,7 +37,7 @@ def read_ranks(texts: list[str], before: list[Registration] | None = None) -> li
 
 @dataclass
 class World:
-    """One rank's membership of a formed round."""
+    """One rank's membership of a formed round, and its parts (see the module docstring)."""
 
     client: StoreClient
     round: int
@@ -79,10 +50,15 @@ class World:
     pg: Any = None  # the ProcessGroup of the current generation, once built
     last_turn: int | None = None  # the last step this rank met the others at
     attend: Callable[[], None] | None = None  # called as this rank waits in the main thread (a driven rank's debugger)
-    _next_round_check: float = 0.0
-    _next_peer_check: float = 0.0
-    _tracker: PeerTracker | None = None
-    _noted: set[int] = field(default_factory=set)  # ranks seen to have a note (last/<i>): it is never taken back
+    turns: Turns = field(init=False, repr=False, compare=False)
+    generations: Generations = field(init=False, repr=False, compare=False)
+    notes: Notes = field(init=False, repr=False, compare=False)
+    checks: Checks = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Each part reads the world's client, round and members as they are at each call, not as they were here.
+        self.turns, self.generations = Turns(self), Generations(self)
+        self.notes, self.checks = Notes(self), Checks(self)
 
     def registrations(self) -> list[dict[str, Any]]:
         """Each rank's registration as its JSON object (for the pure parts that take one: views, plans, checks)."""
@@ -96,148 +72,18 @@ class World:
         info = self.ranks[i] if i < len(self.ranks) else None
         return f"rank {i} ({info.host}, pid {info.pid})" if info is not None else f"rank {i} (?, pid ?)"
 
-    # --- generations -----------------------------------------------------
-    def store_generation(self) -> int:
-        return bump_generation(self.client, self.key(keys.GEN), None)
-
-    def bump_generation(self, seen: int) -> None:
-        """Ask every rank to rebuild the process group at its next cell (once per failure)."""
-        bump_generation(self.client, self.key(keys.GEN), seen)
-
     def enter_generation(self, gen: int) -> None:
         """Take ``gen`` as this world's generation and re-read the registrations (a rank may have been replaced)."""
         self.gen = gen
         names = [self.key(keys.rank(i)) for i in range(self.world_size)]
         self.ranks = read_ranks(self.client.multi_get(names), self.ranks)
-        self._tracker = None
-
-    # --- steps in lockstep ------------------------------------------------
-    def turn(self) -> int:
-        """The number of the world's next step (one round trip; see the module docstring)."""
-        return self.client.add(self.key(TURN), 0) + 1
-
-    def take_turn(self, n: int) -> None:
-        """Move the world past step ``n``; idempotent, and a no-op once the world is past it."""
-        self.client.compare_set(self.key(TURN), str(n - 1), str(n))
-
-    # --- activity and health ----------------------------------------------
-    def note(self, what: str, *, barrier: str | None = None, then: str | None = None, turn: int | None = None,
-             cell: int | None = None, body: str | None = None) -> None:
-        """Record what this rank is doing, for other ranks' timeouts and status (:class:`.records.Note`)."""
-        note = Note(what, time.time(), barrier=barrier, then=then, turn=turn, cell=cell, body=body)
-        self.client.set(self.key(keys.last(self.rank)), note.to_json())
-
-    def note_of(self, rank: int) -> Note | None:
-        """``rank``'s note as it is (None: none yet, or not a note)."""
-        return Note.read(self.client.get_if(self.key(keys.last(rank))))
-
-    def last(self, rank: int) -> Note | None:
-        """What ``rank`` last recorded; a wait at a barrier that has opened since reads as passed it.
-
-        A rank records its next activity only once it runs again, so right after a cell the
-        slowest rank's record may still say it waits at the cell's end, which is over.
-        """
-        last = self.note_of(rank)
-        if last is None or not last.barrier or not last.then:
-            return last
-        decided = verdicts.decode(self.client.get_if(self.key(keys.state(last.barrier))))
-        return replace(last, what=last.then) if decided is not None and decided.opened else last
-
-    def check_world(self) -> None:
-        """Raise if this round was superseded or failed, or a rank left (for every wait slice)."""
-        now = time.monotonic()
-        if now < self._next_round_check:
-            return
-        self._next_round_check = now + 0.5
-        latest = current_round(self.client)
-        if latest != self.round:
-            gone = self._gone()  # a re-run of %%dist_init leaves this round first (Session.init), then opens the next
-            who = (f"{', '.join(self.describe(i) for i in gone)} left this world and %%dist_init was re-run" if gone
-                   else "another notebook re-ran %%dist_init")
-            raise WorldChangedError(
-                f"{who} (world round {latest}, this notebook "
-                f"is in round {self.round}): re-run %%dist_init here to rejoin"
-            )
-        error = self.client.get_if(self.key(keys.ERROR))
-        if error is not None:
-            raise JoinError(records.world_error(error))
-        if self.client.add(self.key(keys.LEFT_N), 0) > 0:
-            names = ", ".join(self.describe(i) for i in self._gone())
-            raise WorldChangedError(
-                f"{names} left the world (%dist_destroy or a closed notebook): re-run %%dist_init "
-                "in every notebook to form a new world"
-            )
-
-    def _gone(self) -> list[int]:
-        """The ranks that left this round (:meth:`leave`)."""
-        return [i for i in range(self.world_size) if self.client.check([self.key(keys.left(i))])]
-
-    def check_peers(self, client: StoreClient | None = None) -> None:
-        """Raise :class:`PeerLostError` if another rank's heartbeat stopped (checked once a second)."""
-        now = time.monotonic()
-        if now < self._next_peer_check:
-            return
-        self._next_peer_check = now + HEARTBEAT_INTERVAL
-        if self._tracker is None:
-            self._tracker = PeerTracker(self.ranks, self.rank)
-        dead = self._tracker.dead(client or self.client)
-        if dead:
-            raise self.lost(dead)
-
-    def lost(self, dead: list[tuple[int, str]]) -> PeerLostError:
-        who = "; ".join(f"{self.describe(i)} {why}" for i, why in dead)
-        if all(self.ranks[i].process == "nbdist follow" for i, _ in dead):
-            again = (f"Once a follower joins again as {'that rank' if len(dead) == 1 else 'those ranks'} (nbdist "
-                     f"follow --rank {dead[0][0]} ...), this notebook carries on at its next %%collective; %dist_init "
-                     "--spawn again forms a new world")
-        else:
-            again = ("Once its notebook runs %load_ext nbdist and its %%dist_init again (after a restart, or when "
-                     "the network is back), this notebook carries on at its next %%collective")
-        return PeerLostError(f"{who}. {again}")
-
-    def notes(self, ranks: list[int]) -> dict[int, Note | None]:
-        """The notes of ``ranks`` (None: none yet, or not a note), as they are, in rank order: those of the ranks
-        seen to have one in one ``multi_get`` (a note is replaced, never removed), the others one by one until
-        they have one."""
-        known = [i for i in ranks if i in self._noted]
-        texts = self.client.multi_get([self.key(keys.last(i)) for i in known]) if known else []
-        found: dict[int, Note | None] = {i: Note.read(t) for i, t in zip(known, texts, strict=True)}
-        for i in ranks:
-            if i not in found:
-                text = self.client.get_if(self.key(keys.last(i)))
-                if text is not None:
-                    self._noted.add(i)
-                found[i] = Note.read(text)
-        return {i: found[i] for i in ranks}
-
-    def busy_elsewhere(self, i: int, last: Note | None) -> bool:
-        """A ``working`` rule for barriers outside cells: rank ``i`` runs a cell, and waits at no barrier."""
-        busy = Busy.read(self.client.get_if(self.key(keys.busy(i))))
-        return busy is not None and busy.busy and (last is None or last.barrier is None)
-
-    def doing(self, i: int) -> str:
-        """What rank ``i`` does now, in words, for the message of a wait that gives up on it."""
-        return self.doing_as(i, self.note_of(i))
-
-    def doing_as(self, i: int, last: Note | None) -> str:
-        """:meth:`doing`, from rank ``i``'s note as already read."""
-        busy = Busy.read(self.client.get_if(self.key(keys.busy(i))))
-        state = ""
-        waits = last is not None and last.barrier is not None
-        if busy is not None and not busy.busy and not waits:
-            state = f"idle since {time.strftime('%H:%M:%S', time.localtime(busy.t))}; "
-        elif busy is not None and busy.busy and not waits:
-            state = "running a cell; "
-        if last is None:
-            return f"{state}no activity recorded"
-        ago = max(0.0, time.time() - last.t)
-        return f"{state}last: {last.what}, {ago:.0f} s ago"
+        self.checks.members_changed()
 
     def leave(self) -> None:
         """Tell the others this rank left (they see it in %dist_status)."""
         self.client.set_json(self.key(keys.left(self.rank)), {"t": time.time()})
         self.client.add(self.key(keys.LEFT_N), 1)
-        self.note("left the world")
+        self.notes.write("left the world")
 
 
 def step_name(n: int) -> str:

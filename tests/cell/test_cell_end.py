@@ -84,10 +84,10 @@ def formed(port: int, n: int, distrusting: dict[int, str] | None = None) -> Iter
     try:
         worlds = [World(c, 0, i, n, ranks[i], ranks) for i, c in enumerate(clients)]
         for w in worlds:
-            w.last_turn = w.turn() - 1
+            w.last_turn = w.turns.next() - 1
             w.pg = Group((distrusting or {}).get(w.rank))
             # The world's own checks run on a clock (every 0.5 s, every 1 s), whatever the cells: not a cell's cost.
-            w._next_round_check = w._next_peer_check = math.inf
+            w.checks._next_round_check = w.checks._next_peer_check = math.inf
         yield worlds
     finally:
         for c in clients:
@@ -113,7 +113,7 @@ def run_cell(worlds: list[World], first: int, shows: set[int], errors: dict[int,
              counts: ByThread | None = None) -> dict[int, dict[str, Any]]:
     """One %%collective on every rank; ``first`` arrives first at its start and at its end (so it decides neither);
     ranks in ``shows`` show the table. Per rank: its outcome (or error) and the store traffic of its cell."""
-    step = worlds[0].turn()
+    step = worlds[0].turns.next()
     cell = step_name(step)
     results: dict[int, dict[str, Any]] = {}
 

@@ -25,11 +25,11 @@ def pair(two_worlds):
 @pytest.mark.parametrize("text", MALFORMED)
 def test_a_malformed_failure_is_no_failure_and_the_first_real_one_replaces_it(pair, text):
     late, peer = pair
-    n = late.turn()
+    n = late.turns.next()
     late.client.set(late.key(keys.failed(step_name(n - 1))), text)
     late.last_turn = n - 2  # it missed step n - 1: a real failure there would be a peer's unstarted cell
     turn.refuse_if_peer_did_not_start(late, n, BODY)  # does not raise: there is no failure
-    assert late.turn() == n
+    assert late.turns.next() == n
     cell = step_name(n)
     peer.client.set(peer.key(keys.failed(cell)), text)
     mine = records.Failure(1, "error", "rank 1 (h, pid 2) raised KeyError: 'x'")
@@ -42,7 +42,7 @@ def test_a_malformed_failure_is_no_failure_and_the_first_real_one_replaces_it(pa
 @pytest.mark.parametrize("text", MALFORMED)
 def test_a_malformed_failure_is_not_read_as_one_where_the_cell_is_watched(pair, text):
     late, _ = pair
-    cell = step_name(late.turn())
+    cell = step_name(late.turns.next())
     late.client.set(late.key(keys.failed(cell)), text)
     assert records.Failure.read(late.client.get_if(late.key(keys.failed(cell)))) is None
     # What the end of a cell publishes: the winner is this rank's own failure, which replaces it.

@@ -67,7 +67,7 @@ def pair(port):
     try:
         worlds = [World(c, 0, i, 2, RANKS[i], RANKS) for i, c in enumerate(clients)]
         for w in worlds:
-            w.last_turn = w.turn() - 1  # both just joined
+            w.last_turn = w.turns.next() - 1  # both just joined
         yield worlds
     finally:
         for c in clients:
@@ -105,12 +105,12 @@ def run_cell(world: World, step: int, state: dict[str, Any], rebuilt: list[int])
 def test_f1_a_stop_before_the_cell_reached_its_meeting_closes_the_step_with_the_body(pair):
     """The stop lands as the cell records itself at its step: a rank late to the same cell fails at once."""
     late, stopped = pair
-    n = stopped.turn()
+    n = stopped.turns.next()
     stopped.client = PressInside(stopped.client, "set", f"{step_name(n)}/src/1")
     with pytest.raises(KeyboardInterrupt):
         run_cell(stopped, n, {"ok": True, "gen": 0}, [])
     assert stopped.client.pressed == 1
-    m = late.turn()
+    m = late.turns.next()
     assert m == n + 1  # the world moved past the closed step
     with pytest.raises(PeerFailedError) as caught:
         turn.refuse_if_peer_did_not_start(late, m, BODY)
@@ -120,7 +120,7 @@ def test_f1_a_stop_before_the_cell_reached_its_meeting_closes_the_step_with_the_
 def test_f2_a_stop_just_after_a_rebuild_step_opened_builds_first_then_stops(pair):
     """The stop lands as the last rank opens a rebuild step: it builds with the others, then its cell stops."""
     waiting, stopped = pair
-    n = stopped.turn()
+    n = stopped.turns.next()
     unbuilt = {"ok": False, "why": "it has no process group yet"}
     met, box = in_thread(lambda: gather.meet(waiting, n, record(BODY, unbuilt), WAIT))
     # Counted in, not merely recorded: the stopped rank must be the last to arrive, which decides the rebuild.
@@ -140,7 +140,7 @@ def test_f2_a_stop_just_after_a_rebuild_step_opened_builds_first_then_stops(pair
 def test_f3_a_stop_in_dist_barrier_before_its_wait_closes_its_step(pair):
     """The stop lands as %dist_barrier reads its step: the rank waiting there fails at once, naming it."""
     waiting, stopped = pair
-    n = waiting.turn()
+    n = waiting.turns.next()
     met, box = in_thread(lambda: gather.meet(waiting, n, Arrival("barrier", f"%dist_barrier #{n}"), WAIT))
     session = Session(None)
     session.world = stopped
@@ -153,7 +153,7 @@ def test_f3_a_stop_in_dist_barrier_before_its_wait_closes_its_step(pair):
     met.join(WAIT)
     assert isinstance(box.get("error"), PeerFailedError), box
     assert "rank 1 (h, pid 2) interrupted its cell" in str(box["error"])
-    assert waiting.turn() == stopped.turn() == n + 1  # both meet at the next step
+    assert waiting.turns.next() == stopped.turns.next() == n + 1  # both meet at the next step
 
 
 def test_f4_a_stop_as_a_collective_cell_begins_is_kept_for_the_cell(pair):
@@ -162,7 +162,7 @@ def test_f4_a_stop_as_a_collective_cell_begins_is_kept_for_the_cell(pair):
     _, stopped = pair
     session = Session(None)
     session.world, session.watch_client = stopped, stopped.client
-    n = stopped.turn()
+    n = stopped.turns.next()
     stopped.client = PressInside(stopped.client, "add", "/turn")
     info = SimpleNamespace(raw_cell="%%collective\n" + BODY)
     try:
@@ -175,7 +175,7 @@ def test_f4_a_stop_as_a_collective_cell_begins_is_kept_for_the_cell(pair):
     finally:
         session.world = session.watch_client = None
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert stopped.turn() == n + 1  # its step, closed: nobody waits for it
+    assert stopped.turns.next() == n + 1  # its step, closed: nobody waits for it
     failed = stopped.client.get_json(stopped.key(f"{step_name(n)}/failed"))
     assert failed["kind"] == "interrupted" and failed["unstarted"] == turn.body_digest(BODY)
 
@@ -195,7 +195,7 @@ def test_f5_a_stop_as_a_driving_notebook_publishes_its_cell_leaves_no_hole_in_th
     session.secret = lambda: secret  # type: ignore[method-assign]
     with Follower(follower_world, "s1", secret) as follower:
         driver.client = PressInside(driver.client, "add", keys.DRIVE_SEQ)
-        n = driver.turn()
+        n = driver.turns.next()
         try:
             with pytest.raises(KeyboardInterrupt):
                 session.collective(BODY, cells.Flags(WAIT))
@@ -232,7 +232,7 @@ def test_f6_a_stop_of_every_rank_just_after_a_cell_opened_stays_that_stop_not_th
     body. The soak met it (seed 336, driven, fuzzed): the follower took it for its own stop button, a plain
     KeyboardInterrupt, stopped following, and every later cell of the driver waited out its --timeout for it."""
     waiting, stopped = pair
-    n = stopped.turn()
+    n = stopped.turns.next()
     state = {"ok": True, "gen": 0} if built else {"ok": False, "why": "it has no process group yet"}
     met, box = in_thread(lambda: gather.meet(waiting, n, record(BODY, state), WAIT))
     while waiting.client.add(waiting.key(f"{step_name(n)}/in/n"), 0) < 1:
@@ -257,7 +257,7 @@ def test_f7_a_stop_of_every_rank_just_after_a_collectives_comparison_opened_is_r
     (seed 336, driven, fuzzed, a stop of every rank): a follower whose own record said "interrupted" stopped
     following, and every later cell of its driver waited for it."""
     waiting, stopped = pair
-    base = keys.compared(step_name(stopped.turn()), "0", 1)
+    base = keys.compared(step_name(stopped.turns.next()), "0", 1)
     compared = Gathering(base, "collective #1 (all_reduce) of this cell", WAIT)
     met, box = in_thread(lambda: gather.barrier(waiting, compared))
     while waiting.client.add(waiting.key(keys.arrivals(base)), 0) < 1:

@@ -20,12 +20,12 @@ def pair(two_worlds):
 def test_the_late_rank_fails_with_the_peers_reason_and_takes_no_step(pair):
     late, peer = pair
     turn.abandon(peer, "could not start its cell (UsageError: unrecognized arguments: --timeuot)", body=BODY)
-    n = late.turn()
+    n = late.turns.next()
     assert n == 2  # step 1 went by
     with pytest.raises(PeerFailedError) as caught:
         turn.refuse_if_peer_did_not_start(late, n, " x = RANK ")  # the body as its magic gets it
     assert "%%collective #1 (start): rank 1 (h, pid 2) could not start its cell (UsageError" in str(caught.value)
-    assert late.turn() == 2  # no step taken: the next cell of every rank meets at step 2
+    assert late.turns.next() == 2  # no step taken: the next cell of every rank meets at step 2
 
 
 def test_the_late_rank_is_told_once_and_its_next_run_meets_the_peer(pair):
@@ -34,11 +34,11 @@ def test_the_late_rank_is_told_once_and_its_next_run_meets_the_peer(pair):
     where the stopped rank then waited out its --timeout for it)."""
     late, peer = pair
     turn.abandon(peer, "interrupted its cell", interrupted=True, body=BODY)
-    n = late.turn()
+    n = late.turns.next()
     with pytest.raises(PeerFailedError):
         turn.refuse_if_peer_did_not_start(late, n, BODY)
-    turn.refuse_if_peer_did_not_start(late, late.turn(), BODY)  # does not raise: it goes on to meet at n
-    assert late.turn() == n
+    turn.refuse_if_peer_did_not_start(late, late.turns.next(), BODY)  # does not raise: it goes on to meet at n
+    assert late.turns.next() == n
 
 
 @pytest.mark.parametrize("case", ["another cell", "its own", "peer waits at n", "it met that step", "no body"])
@@ -46,7 +46,7 @@ def test_otherwise_it_goes_to_meet_the_others(pair, case):
     late, peer = pair
     closer = late if case == "its own" else peer
     turn.abandon(closer, "interrupted its cell", interrupted=True, body=None if case == "no body" else BODY)
-    n = late.turn()
+    n = late.turns.next()
     if case == "peer waits at n":  # the peer ran the cell again and is waiting at the next step
         peer.client.add(peer.key(f"{step_name(n)}/in/n"), 1)
     if case == "it met that step":
@@ -68,8 +68,8 @@ def test_a_cell_starts_at_the_step_its_pre_run_cell_claimed_and_is_published_who
         t.stops.press()  # the stop button, while the cell goes out
         published.append(step)
 
-    late.take_turn(late.turn())  # another rank's step went by after pre_run_cell claimed this one
-    assert late.turn() == claimed + 1
+    late.turns.take(late.turns.next())  # another rank's step went by after pre_run_cell claimed this one
+    assert late.turns.next() == claimed + 1
     with pytest.raises(KeyboardInterrupt):
         t.starts(late, BODY, publish)
     assert published == [claimed] and t.step == claimed

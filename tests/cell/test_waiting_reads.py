@@ -27,7 +27,7 @@ FP = {"op": "all_reduce", "tensor": {"shape": [1], "dtype": "float32", "device":
 @pytest.fixture
 def pair(two_worlds):
     waiting, other = two_worlds
-    return waiting, other, step_name(waiting.turn())
+    return waiting, other, step_name(waiting.turns.next())
 
 
 def ops() -> int:

@@ -37,7 +37,7 @@ def store(port):
 def _pair(clients, process: str) -> tuple[World, World]:
     ranks = _ranks(process)
     driver, other = (World(c, 0, i, 2, ranks[i], ranks) for i, c in enumerate(clients))
-    driver.last_turn = other.last_turn = driver.turn() - 1
+    driver.last_turn = other.last_turn = driver.turns.next() - 1
     return driver, other
 
 
@@ -45,7 +45,7 @@ def test_the_first_cell_is_published_for_an_nbdist_follow_rank_that_follows_a_mo
     driver, world = _pair(store, "nbdist follow")
     drive = Drive("s0")
     assert followers(driver) == 0  # it joined, and has not said it follows yet
-    step = driver.turn()
+    step = driver.turns.next()
     drive.before(driver, lambda: SECRET, "collective", BODY, {"timeout": 5.0}, step=step)
     assert drive.holding and driver.client.check([driver.key(keys.drive(1))])
     with Follower(world, "s1", SECRET) as follower:  # now it follows: the cell is the first it takes
@@ -56,5 +56,5 @@ def test_the_first_cell_is_published_for_an_nbdist_follow_rank_that_follows_a_mo
 def test_with_only_notebooks_the_first_cell_runs_in_lockstep(store):
     driver, _ = _pair(store, "kernel")
     drive = Drive("s0")
-    drive.before(driver, lambda: SECRET, "collective", BODY, {"timeout": 5.0}, step=driver.turn())
+    drive.before(driver, lambda: SECRET, "collective", BODY, {"timeout": 5.0}, step=driver.turns.next())
     assert not drive.holding and not driver.client.check([driver.key(keys.drive(1))])

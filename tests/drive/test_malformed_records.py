@@ -27,7 +27,7 @@ def _genuine(world: World, seq: int) -> dict[str, object]:
     """What the driver would send as message ``seq``, as the JSON object it writes."""
     drive = Drive("s0")
     drive.take(world)
-    drive.publish(world, lambda: SECRET, "collective", BODY, {"timeout": 5.0}, world.turn())
+    drive.publish(world, lambda: SECRET, "collective", BODY, {"timeout": 5.0}, world.turns.next())
     return json.loads(world.client.get_if(world.key(keys.drive(seq))) or "")
 
 
@@ -54,7 +54,7 @@ def test_a_malformed_message_is_refused_with_its_why_and_the_driver_hears_of_it(
     drive.take(driver)
     follower = Follower(world, "s1", SECRET)
     fields = {"round": 0, "seq": 1, "driver": 0, "session": "s0", "kind": "collective", "source": BODY,
-              "flags": {}, "gen": 0, "number": world.turn(), "t": 1.0, "sig": "00"}
+              "flags": {}, "gen": 0, "number": world.turns.next(), "t": 1.0, "sig": "00"}
     world.client.set(world.key(keys.drive(1)), "import os" if change is None else json.dumps({**fields, **change}))
     with pytest.raises(SigningError) as refused:
         follower.next()
@@ -63,7 +63,7 @@ def test_a_malformed_message_is_refused_with_its_why_and_the_driver_hears_of_it(
     stored = records.Refusal.from_json(world.client.get_if(world.key(keys.DRIVE_REFUSED)))
     assert (stored.rank, stored.seq) == (1, 1) and why in stored.reason
     with pytest.raises(DriveError) as told:  # the driver's next message: the follower burned slot 1
-        drive.publish(driver, lambda: SECRET, "collective", BODY, {}, driver.turn())
+        drive.publish(driver, lambda: SECRET, "collective", BODY, {}, driver.turns.next())
     assert f"rank 1 (h, pid 2) refused message #1 sent as from this notebook (it is not a message nbdist sends " \
            f"({why}))" in str(told.value), told.value
 
@@ -78,7 +78,7 @@ def test_a_malformed_refusal_still_tells_the_driver_and_never_raises_a_key_or_ty
     driver.client.add(driver.key(keys.DRIVE_SEQ), 1)  # a slot burned, as a follower's refusal burns it
     driver.client.set(driver.key(keys.DRIVE_REFUSED), text)
     with pytest.raises(DriveError) as told:
-        drive.publish(driver, lambda: SECRET, "collective", BODY, {}, driver.turn())
+        drive.publish(driver, lambda: SECRET, "collective", BODY, {}, driver.turns.next())
     assert "a follower refused a message sent as from this notebook and stopped following, but its refusal is " \
            "not one nbdist writes (" in str(told.value), told.value
     assert driver.client.get_if(driver.key(keys.DRIVE_REFUSED)) is None  # told once

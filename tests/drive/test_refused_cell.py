@@ -28,7 +28,7 @@ def _state(world: World, n: int) -> verdicts.Verdict | None:
 
 def test_the_driver_waiting_at_the_refused_cells_step_is_told_why(pair):
     driver, follower = pair
-    n = driver.turn()  # the step the driver claimed and sent its cell for
+    n = driver.turns.next()  # the step the driver claimed and sent its cell for
     box: dict[str, BaseException] = {}
 
     def meet() -> None:
@@ -50,16 +50,16 @@ def test_the_driver_waiting_at_the_refused_cells_step_is_told_why(pair):
     assert "rank 1 (h, pid 2) refused the cell: its signature does not verify" in str(error)
     failed = follower.client.get_json_if(follower.key(keys.failed(step_name(n))))
     assert failed is not None and failed["rank"] == 1 and "unstarted" not in failed
-    assert driver.turn() == n + 1  # the world is past the refused step: the next cell of every rank meets at n + 1
+    assert driver.turns.next() == n + 1  # the world is past the refused step: every rank's next cell meets at n + 1
 
 
 @pytest.mark.parametrize("number", ["past", "to come", "text", "true", "none"])
 def test_a_number_that_is_not_the_worlds_step_closes_nothing(pair, number):
     driver, follower = pair
-    n = driver.turn()
+    n = driver.turns.next()
     sent = {"past": n - 1, "to come": n + 2, "text": str(n), "true": True, "none": None}[number]
     turn.refuse_sent(follower, sent, "refused the cell: its signature does not verify")
-    assert driver.turn() == n
+    assert driver.turns.next() == n
     for step in (n - 1, n, n + 2):
         assert _state(driver, step) is None
         assert follower.client.get_if(follower.key(keys.failed(step_name(step)))) is None

@@ -14,8 +14,8 @@ from typing import Any
 
 # The modules whose waits and deadlines a scenario reaches. (nbdist.world.store's clock is used only by the waits
 # that GatedClient replaces and by connect(), which runs before any run, in real time.)
-PATCHED = ("nbdist.world.world", "nbdist.world.gather", "nbdist.world.liveness", "nbdist.world.rendezvous",
-           "nbdist.cell.cells", "nbdist.cell.rebuild")
+PATCHED = ("nbdist.world.world", "nbdist.world.notes", "nbdist.world.checks", "nbdist.world.gather",
+           "nbdist.world.liveness", "nbdist.world.rendezvous", "nbdist.cell.cells", "nbdist.cell.rebuild")
 START = 1000.0  # virtual seconds at the start of a run (monotonic)
 EPOCH = 1_800_000_000.0  # what time.time() reads at the start of a run
 

@@ -23,10 +23,11 @@ from functools import partial
 from typing import Any
 
 from nbdist.world import gather, keys
+from nbdist.world.counters import TURN, current_round
 from nbdist.world.records import Arrival, Registration
 from nbdist.world.store import Server, StoreClient, connect
 from nbdist.world.verdict import Verdict
-from nbdist.world.world import TURN, World, current_round
+from nbdist.world.world import World
 
 from .clock import FakeTime, VirtualClock, patched
 from .gate import GatedClient
@@ -178,7 +179,7 @@ class Lab:
 
 def follow_up(world: World, timeout: float, meet: bool) -> tuple[int, Verdict | None]:
     """After a scenario: the step this rank's next cell takes, and (with ``meet``) how its meeting opened."""
-    n = world.turn()
+    n = world.turns.next()
     if not meet:
         return n, None
     return n, gather.meet(world, n, Arrival("barrier", f"follow-up #{n}"), timeout)
@@ -191,7 +192,7 @@ def execute(lab: Lab, scenario: Scenario, chooser: Recorder, bound: int | None =
     lab.rounds = max(lab.rounds, current_round(lab.control)) + 1  # past any round a re-run %%dist_init opened
     k, n = lab.rounds, scenario.ranks
     infos = [Registration(session=f"explore-{k}-{i}", rank=i, host="h", pid=100 + i) for i in range(n)]
-    lab.control.set("round", str(k))  # World.check_world reads it: this round is the current one
+    lab.control.set("round", str(k))  # World.checks.world reads it: this round is the current one
     lab.clock.reset()
     prefix, session = f"r/{k}/", f"explore-{k}-"
     scheduler = Scheduler(
@@ -206,7 +207,7 @@ def execute(lab: Lab, scenario: Scenario, chooser: Recorder, bound: int | None =
     for name, value in ((keys.SIZE, str(n)), (keys.JOINED, "".join(f"{i}," for i in range(n))), (keys.READY, "1")):
         lab.control.set(worlds[0].key(name), value)  # formed, as nbdist.world.rendezvous.join leaves a round
     lab.control.add(worlds[0].key(keys.COUNT), n)
-    lab.control.add(worlds[0].key(TURN), 0)  # the world formed: each rank read turn() as it joined
+    lab.control.add(worlds[0].key(TURN), 0)  # the world formed: each rank read turns.next() as it joined
     for world in worlds:
         world.last_turn = 0  # just joined: step 1 is this round's first
     hooks = [Hooks(i, scenario.timeout, scheduler) for i in range(n)]

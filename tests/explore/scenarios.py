@@ -516,7 +516,7 @@ def _rerun_init(world: World, h: Hooks, cell: object) -> Rejoined:
     ended = h.scheduler.clock.elapsed  # and it leaves now
     world.leave()
     joined = rendezvous.join(world.client, world.me, world.world_size, JOIN_TIMEOUT)
-    joined.last_turn = joined.turn() - 1  # as Session.init: the steps before it joined are none it missed
+    joined.last_turn = joined.turns.next() - 1  # as Session.init: the steps before it joined are none it missed
     return Rejoined(cell, ended, joined)
 
 
@@ -584,7 +584,7 @@ def restart(world: World, h: Hooks, plain: bool = False) -> Rejoined | tuple[obj
         me = replace(world.me, session=f"{world.me.session}-restarted", pid=world.me.pid + 100)
         h.restart(me.session)
         joined = rendezvous.join(world.client, me, world.world_size, JOIN_TIMEOUT)
-        joined.last_turn = joined.turn() - 1
+        joined.last_turn = joined.turns.next() - 1
         again = kernel(joined, h, rebuilds=True)
         joined.pg = None
         RESTARTS[world.round] = "rejoined"

@@ -26,16 +26,16 @@ class OpensAfterArrival(StoreClient):
         if amount and key.endswith(f"{self.name}/n") and not self.seen:
             end = Gathering(self.name, "the cell's end", 5.0, then="finished the cell")
             self.seen.append(gather.barrier(self.other, end))
-            self.seen.append(self.other.last(1))
+            self.seen.append(self.other.notes.last(1))
         return value
 
 
 def test_a_rank_that_arrived_just_before_the_meeting_opened_reads_as_past_it(two_worlds):
     last, early = two_worlds  # rank 0 arrives last; rank 1 arrives first
-    early.note("running %%collective #1", cell=1, body="body")
+    early.notes.write("running %%collective #1", cell=1, body="body")
     early.client = OpensAfterArrival(early.client, "end-1", last)
     opened = gather.barrier(early, Gathering("end-1", "the cell's end", 5.0, then="finished the cell"))
     verdict, note = early.client.seen
     assert opened == verdict and opened.opened
     assert note is not None and note.what == "finished the cell", note  # not "running %%collective #1"
-    assert early.last(1).what == "finished the cell"
+    assert early.notes.last(1).what == "finished the cell"

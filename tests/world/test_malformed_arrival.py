@@ -21,7 +21,7 @@ WAIT = 30.0
 
 def test_a_foreign_record_at_a_step_refuses_the_meeting_on_every_rank_naming_its_rank(two_worlds):
     first, second = two_worlds
-    n = first.turn()
+    n = first.turns.next()
     box: dict[str, BaseException] = {}
 
     def meet() -> None:
@@ -54,4 +54,4 @@ def test_a_foreign_record_at_a_step_refuses_the_meeting_on_every_rank_naming_its
     why = "the records of this step are not all nbdist's (rank 1: not nbdist's: its 'label' is 7, not text)"
     assert str(caught.value).startswith(why), caught.value
     assert isinstance(box.get("error"), BarrierRefused) and str(box["error"]) == str(caught.value)
-    assert first.turn() == n + 1  # the step was taken: both ranks meet at the next one
+    assert first.turns.next() == n + 1  # the step was taken: both ranks meet at the next one

@@ -90,21 +90,21 @@ def test_a_rank_recorded_waiting_at_a_barrier_that_has_opened_reads_as_past_it(p
         t = threading.Thread(target=lambda: gather.barrier(worlds[0], end), daemon=True)
         t.start()
         deadline = time.monotonic() + 5
-        while (worlds[1].last(0) or NONE).barrier is None and time.monotonic() < deadline:
+        while (worlds[1].notes.last(0) or NONE).barrier is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert (worlds[1].last(0) or NONE).what == "waiting at %%collective #1 (end)"  # not open yet: still waiting
+        assert (worlds[1].notes.last(0) or NONE).what == "waiting at %%collective #1 (end)"  # not open yet: waiting
         assert gather.barrier(worlds[1], end) == verdicts.GO
         t.join(5)
-        assert (worlds[1].last(0) or NONE).what == "finished %%collective #1"  # as it will record
-        worlds[0].note("running %%collective #2")
+        assert (worlds[1].notes.last(0) or NONE).what == "finished %%collective #1"  # as it will record
+        worlds[0].notes.write("running %%collective #2")
         # TCPStore's set is not answered: another connection sees it a moment later.
         deadline = time.monotonic() + 5
-        while (worlds[1].last(0) or NONE).what != "running %%collective #2" and time.monotonic() < deadline:
+        while (worlds[1].notes.last(0) or NONE).what != "running %%collective #2" and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert (worlds[1].last(0) or NONE).what == "running %%collective #2"  # its next record is shown as it is
+        assert (worlds[1].notes.last(0) or NONE).what == "running %%collective #2"  # its next record is shown as it is
         # Rank 1 arrived last and opened it: before its next record it reads as past it too, not as still running
         # its body (a 16-rank CI run read "running %%collective #1" for the rank that opened the cell's end).
-        assert (worlds[0].last(1) or NONE).what == "finished %%collective #1"
+        assert (worlds[0].notes.last(1) or NONE).what == "finished %%collective #1"
     finally:
         for c in clients:
             c.close()
