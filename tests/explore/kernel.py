@@ -180,7 +180,7 @@ class Kernel:
             error = cellerror.error_for(session.world, outcome)  # as the magic ends the cell, once its table is shown
             if error is not None:
                 raise error
-            return verdicts.GO if outcome.rebuilt is None else verdicts.rebuild(outcome.rebuilt)
+            return opened(outcome)
 
         return self._until_post_run_cell(info, run)
 
@@ -215,6 +215,11 @@ class Kernel:
         """One ``%dist_barrier``; it opened (else it raised)."""
         self.session.barrier(self.timeout)
         return verdicts.GO
+
+
+def opened(outcome: cells.Outcome) -> Verdict:
+    """How a cell that ran opened: a plain go, or a rebuild of the process group first (and why)."""
+    return verdicts.GO if outcome.rebuilt is None else verdicts.rebuild(outcome.rebuilt)
 
 
 @contextlib.contextmanager
