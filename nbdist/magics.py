@@ -528,7 +528,7 @@ class DistMagics(Magics):
         title = getattr(workers, "title", lambda: f"nbdist workers · {len(rows)} kernel(s) started by this notebook")
         table = SideBySide(title(), [f"rank {r['rank']}" for r in rows], compare=False,
                            ranks=[r["rank"] for r in rows], world_size=len(ranks) or None)
-        remote = [r for r in rows if r["pid"] is None and r["rank"] < len(ranks)]
+        remote = [r for r in rows if r["pid"] is None and "restarts" not in r and r["rank"] < len(ranks)]
         alive = {row["rank"]: row["alive"] for row in self.session.status()} if remote else {}
         for r in remote:  # a Slurm task: its node and pid are what it registered, its liveness its heartbeat
             r.update(pid=ranks[r["rank"]].get("pid"), node=ranks[r["rank"]].get("host"), joined=True,

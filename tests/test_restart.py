@@ -112,4 +112,5 @@ def test_with_max_restarts_0_a_killed_worker_is_left_down_and_dist_workers_says_
     assert r.status == "error" and "rank 1" in r.error["evalue"], r.error
     shown = driver.execute("%dist_workers", timeout=30).text()
     assert "left down: restarts are off (--max-restarts 0)" in shown and "SIGKILL" in shown, shown
+    assert f"pid: {pid}" in shown and "%dist_init --spawn N again" in shown and "node:" not in shown, shown
     assert driver.execute("%dist_destroy", timeout=60).status == "ok"

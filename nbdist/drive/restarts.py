@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 DEFAULT_MAX = 3  # --max-restarts when it is not given
+AFTER_DOWN = "%dist_init --spawn N again starts every worker afresh (every rank's variables are lost)"
 WINDOW = 600.0  # seconds within which a rank's restarts are counted
 
 
@@ -24,6 +25,7 @@ class Exit:
     """How one kernel of a slot ended, and what was done about it."""
 
     at: float  # when it was seen dead, by the wall clock (time.time())
+    pid: int | None
     how: str  # :func:`describe`
     rss_kb: int | None  # the last memory sample before it ended
     lines: tuple[str, ...]  # the last lines it wrote
@@ -33,7 +35,7 @@ class Exit:
     def line(self) -> str:
         """One line for %dist_workers: when, how, and what followed."""
         after = "restarted" if self.restarted else f"left down: {self.why_down}"
-        return f"{time.strftime('%H:%M:%S', time.localtime(self.at))} {self.how}; {after}"
+        return f"{time.strftime('%H:%M:%S', time.localtime(self.at))} pid {self.pid} {self.how}; {after}"
 
 
 @dataclass(frozen=True)

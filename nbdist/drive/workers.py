@@ -242,7 +242,7 @@ class Workers:
         now = time.monotonic()
         how = restarts.describe(w.returncode(), w.rss_kb)
         decision = restarts.decide(w.restarts, now, self.max_restarts, w.joined)
-        w.exits.append(Exit(time.time(), how, w.rss_kb, tuple(w.log_tail()), decision.restart, decision.why))
+        w.exits.append(Exit(time.time(), w.pid, how, w.rss_kb, tuple(w.log_tail()), decision.restart, decision.why))
         with self._lock:
             if self._closing.is_set():
                 return  # shutdown() stops what is left of it
@@ -250,7 +250,8 @@ class Workers:
             if not decision.restart:
                 w.down = decision.why
                 w.lines.append(f"nbdist: rank {w.rank} {how}; left down: {decision.why}")
-                logger.warning("nbdist: worker rank %d %s; left down: %s", w.rank, how, decision.why)
+                logger.warning("nbdist: worker rank %d %s; left down: %s. %s", w.rank, how, decision.why,
+                               restarts.AFTER_DOWN)
                 return
             w.restarts.append(now)
             n = restarts.in_window(w.restarts, now)
@@ -272,7 +273,7 @@ class Workers:
             if self._closing.is_set():
                 return
             w.down = why
-            w.exits.append(Exit(time.time(), "did not join", w.rss_kb, tuple(w.log_tail()), False, why))
+            w.exits.append(Exit(time.time(), w.pid, "did not join", w.rss_kb, tuple(w.log_tail()), False, why))
             self._clean(w)
 
     def _clean(self, w: Worker) -> None:
@@ -301,10 +302,11 @@ class Workers:
                                   "\n(see also %dist_workers)")
 
     def rows(self) -> list[dict[str, Any]]:
+        """Each worker for %dist_workers; one left down keeps the pid of its last kernel."""
         now = time.monotonic()
-        return [{"rank": w.rank, "pid": w.pid, "alive": w.alive(), "joined": w.joined, "failed": w.failed,
-                 "log": w.log_tail(), "down": w.down,
-                 "restarts": restarts.count(w.restarts, now, self.max_restarts),
+        return [{"rank": w.rank, "pid": w.pid or (w.exits[-1].pid if w.exits else None), "alive": w.alive(),
+                 "joined": w.joined, "failed": w.failed, "log": w.log_tail(), "down": w.down,
+                 "after_down": restarts.AFTER_DOWN, "restarts": restarts.count(w.restarts, now, self.max_restarts),
                  "exits": [e.line() for e in w.exits]} for w in self.workers]
 
     def pids(self) -> list[int]:

@@ -24,7 +24,7 @@ def replaced_note(world: Any) -> str:
 
 def worker_state(row: dict[str, Any]) -> str:
     if row.get("down"):
-        return f"left down: {row['down']}"
+        return f"left down: {row['down']}; {row.get('after_down', '')}".rstrip("; ")
     if not row["alive"]:
         return "exited, starting again" if row.get("exits") else "exited"
     if row["failed"]:

@@ -4,6 +4,7 @@ clock (issue 47)."""
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -80,3 +81,11 @@ def test_max_restarts_takes_a_count_of_zero_or_more(value, expected):
     else:
         with pytest.raises(ValueError, match=expected):
             restarts.parse_max(value)
+
+
+def test_an_exit_is_one_line_when_how_and_what_followed():
+    at = time.mktime((2026, 12, 7, 14, 3, 9, 0, 0, -1))
+    restarted = restarts.Exit(at, 4007, "killed by SIGKILL", 1024, ("boom",), restarted=True)
+    down = restarts.Exit(at, 4008, "exited with code 1", None, (), restarted=False, why_down="restarts are off")
+    assert restarted.line() == "14:03:09 pid 4007 killed by SIGKILL; restarted"
+    assert down.line() == "14:03:09 pid 4008 exited with code 1; left down: restarts are off"
