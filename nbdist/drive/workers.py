@@ -283,7 +283,7 @@ class Workers:
             if w.client is not None:
                 w.client.stop_channels()
             if w.manager is not None and w.manager.has_kernel:
-                w.manager.shutdown_kernel(now=True)  # kills the process group: a helper it left dies too
+                w.manager.shutdown_kernel(now=True)  # reaps it, removes its connection files (its pulse ends itself)
         except Exception as exc:  # nothing more to stop: say so and go on
             w.lines.append(f"nbdist: cleaning up after rank {w.rank}: {exc}")
         finally:
