@@ -14,7 +14,7 @@ from IPython.display import display
 from . import config, magicflags
 from .backend import backends, doctor, envplan
 from .cell import cellerror, cells, outcome_view
-from .drive import follow, spawn
+from .drive import follow, restarts, spawn
 from .errors import ConfigError, NbdistError
 from .magicflags import argument, cell_magic, line_cell_magic, line_magic, magic_arguments
 from .session import Session
@@ -59,6 +59,10 @@ class DistMagics(Magics):
     @argument("--slurm", metavar="OPTIONS", help="with --spawn N: start the N-1 followers as one Slurm job of "
                                                  "`nbdist follow` tasks, OPTIONS passed to sbatch (e.g. \"-N 2 -p "
                                                  "npu\"); the master is --master-addr, an address the nodes reach")
+    @argument("--max-restarts", metavar="K", help=f"with --spawn N: when a worker kernel dies, start a new one in "
+                                                  f"its slot, at most K times per rank within "
+                                                  f"{restarts.WINDOW / 60:g} minutes (default "
+                                                  f"{restarts.DEFAULT_MAX}; 0: never)")
     @line_cell_magic
     def dist_init(self, line: str, cell: str | None = None) -> None:
         """Join this notebook to a torch.distributed world as one rank.
@@ -78,6 +82,11 @@ class DistMagics(Magics):
         each joins and runs %dist_follow, so every %%collective here runs on
         all N ranks. The workers stop with the world (%dist_destroy, unloading
         nbdist, this kernel's exit or restart); %dist_workers shows them.
+        A worker whose kernel dies is started again in its slot (same rank
+        and flags) and takes its place in the world, which rebuilds its group
+        at the next collective; its variables are gone. --max-restarts K caps
+        that per rank within a window; one that dies before it joins again is
+        left down.
         ``SPAWN = N`` in the body or the namespace (``nbdist run --spawn``
         sets it) does the same where --spawn is absent; 0 or None: no spawn
         (nor in a copy that ``nbdist run`` runs as one rank of several).
@@ -91,6 +100,8 @@ class DistMagics(Magics):
         if args.spawn is not None:
             self._spawn(args)
             return
+        if args.max_restarts is not None:
+            raise UsageError("--max-restarts applies to the workers of --spawn N; this notebook spawns none")
         flags = {
             "rank": args.rank, "world_size": args.world_size, "master_addr": args.master_addr,
             "master_port": args.master_port, "backend": args.backend, "device": args.device,
@@ -503,7 +514,8 @@ class DistMagics(Magics):
 
     @line_magic
     def dist_workers(self, line: str) -> None:
-        """Show the followers this notebook started (%dist_init --spawn): rank, pid, state, device, last lines.
+        """Show the followers this notebook started (%dist_init --spawn): rank, pid, state, device, last lines;
+        for local workers also their restarts (n of --max-restarts within the window) and how each kernel ended.
 
         For --slurm: the job's id and state, and each rank's node.
         """
@@ -516,7 +528,7 @@ class DistMagics(Magics):
         title = getattr(workers, "title", lambda: f"nbdist workers · {len(rows)} kernel(s) started by this notebook")
         table = SideBySide(title(), [f"rank {r['rank']}" for r in rows], compare=False,
                            ranks=[r["rank"] for r in rows], world_size=len(ranks) or None)
-        remote = [r for r in rows if r["pid"] is None and r["rank"] < len(ranks)]
+        remote = [r for r in rows if r["pid"] is None and "restarts" not in r and r["rank"] < len(ranks)]
         alive = {row["rank"]: row["alive"] for row in self.session.status()} if remote else {}
         for r in remote:  # a Slurm task: its node and pid are what it registered, its liveness its heartbeat
             r.update(pid=ranks[r["rank"]].get("pid"), node=ranks[r["rank"]].get("host"), joined=True,
@@ -527,6 +539,9 @@ class DistMagics(Magics):
         table.add("state", [Cell(notes.worker_state(r)) for r in rows])
         table.add("device", [Cell(str(ranks[r["rank"]].get("device", "")) if r["rank"] < len(ranks) else "")
                              for r in rows])
+        if any("restarts" in r for r in rows):  # local workers: a dead one is started again in its slot
+            table.add("restarts", [Cell(r["restarts"]) for r in rows])
+            table.add("exits", [Cell("\n".join(r["exits"]) or "none") for r in rows])
         table.add("last lines", [Cell("\n".join(r["log"])) for r in rows])
         display(table)
 

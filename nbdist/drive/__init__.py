@@ -3,8 +3,8 @@
 Owns driving and following (``follow``), what one kernel drives or follows (``driving``), the follower with no kernel
 (``headless``, ``nbdist follow``), the launchers' rank variables
 (``launchers``), what ``--spawn N`` means (``spawn``), local worker kernels
-(``workers``), followers as one Slurm job (``slurm``), local kernels through jupyter_client (``kernels``) and
-``nbdist run`` (``runner``).
+(``workers``), when a dead one is started again (``restarts``), followers as one Slurm job (``slurm``), local
+kernels through jupyter_client (``kernels``) and ``nbdist run`` (``runner``).
 
 May import: the shared base, ``nbdist.world``, ``nbdist.backend``,
 ``nbdist.view`` and ``nbdist.cell``.

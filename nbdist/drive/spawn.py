@@ -19,7 +19,7 @@ from ..backend import envplan
 from ..config import DEFAULT_PORT, RUN_VARIABLE
 from ..errors import ConfigError
 from ..world import netinfo
-from . import slurm
+from . import restarts, slurm
 from .slurm import SlurmJob
 from .workers import Workers
 
@@ -34,6 +34,7 @@ class Plan:
     sources: dict[str, str] = field(default_factory=dict)
     note: str = ""  # shown while the workers start (a port other than the one asked for)
     slurm: list[str] | None = None  # sbatch's options: the followers are one Slurm job, not local kernels
+    max_restarts: int = restarts.DEFAULT_MAX  # how often a local worker that dies is started again (0: never)
 
     def followers(self) -> Workers | SlurmJob:  # (the field `slurm` hides the module in this class's scope)
         """What starts ranks 1..N-1 and stops them with the world (not started yet)."""
@@ -41,7 +42,7 @@ class Plan:
         if self.slurm is not None:
             return slurm.SlurmJob(f["world_size"], f["master_addr"], f["master_port"], f["token"], self.worker_flags,
                                   self.slurm)
-        return Workers(f["world_size"], f["master_port"], f["token"], self.worker_flags)
+        return Workers(f["world_size"], f["master_port"], f["token"], self.worker_flags, self.max_restarts)
 
 
 def free_port(addr: str = MASTER) -> tuple[int, str]:
@@ -75,6 +76,14 @@ def plan(args: Any, environ: Mapping[str, str]) -> Plan:
     if n < 2:
         raise ConfigError(f"--spawn N needs N >= 2 (this notebook and at least one worker), not {n}")
     options = getattr(args, "slurm", None)
+    given_max = getattr(args, "max_restarts", None)
+    try:
+        max_restarts = restarts.DEFAULT_MAX if given_max is None else restarts.parse_max(given_max)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if options is not None and given_max is not None:
+        raise ConfigError("--max-restarts: the followers of a Slurm job are not started again yet (only local "
+                          "workers are); leave it out with --slurm")
     given = [flag for flag, value in (("--rank", args.rank), ("--world-size", args.world_size),
                                       ("--master-addr", None if options is not None else args.master_addr))
              if value is not None]
@@ -113,7 +122,7 @@ def plan(args: Any, environ: Mapping[str, str]) -> Plan:
         worker += ["--debug", args.debug]
     for key, value in env.items():
         worker += ["--env", f"{key}={value}"]
-    return Plan(flags, shlex.join(worker), sources, note, words)
+    return Plan(flags, shlex.join(worker), sources, note, words, max_restarts)
 
 
 def reachable_address(given: str | None) -> str:

@@ -23,8 +23,10 @@ def replaced_note(world: Any) -> str:
 
 
 def worker_state(row: dict[str, Any]) -> str:
+    if row.get("down"):
+        return f"left down: {row['down']}; {row.get('after_down', '')}".rstrip("; ")
     if not row["alive"]:
-        return "exited"
+        return "exited, starting again" if row.get("exits") else "exited"
     if row["failed"]:
         return f"failed to join: {row['failed']}"
     return "joined, following" if row["joined"] else "starting"
