@@ -1,154 +1,93 @@
-"""The supervisor of spawned workers (nbdist.drive.workers.Workers): a dead one is started again in its slot or
-left down, and a shutdown during a restart leaves no kernel behind. Stand-in kernel managers: no kernel starts."""
+"""The supervisor of spawned workers (nbdist.drive.workers.Workers), on real worker kernels: a restarted worker
+that dies before it joins is left down, and a shutdown during a restart leaves no kernel behind.
+
+No master listens on the workers' port: their %%dist_init waits, so none joins on its own. A test marks the
+first kernel joined, as the driving kernel's spawn sees it once it did (a restart is only for a worker that
+joined); what the supervisor does from there is its own, on kernels started and killed for real.
+"""
 
 from __future__ import annotations
 
+import os
+import secrets
 import signal
-import threading
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from nbdist.drive import workers
 
+from ..conftest import free_port, wait_gone
+
 DOWN_START = "it died again before it joined after a restart (a failure as it starts would only repeat)"
 
 
-class FakeProcess:
-    def __init__(self, returncode: int | None) -> None:
-        self.returncode = returncode
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-
-class FakeClient:
-    def __init__(self, manager: FakeManager) -> None:
-        self.manager = manager
-
-    def start_channels(self) -> None: ...
-
-    def stop_channels(self) -> None: ...
-
-    def wait_for_ready(self, timeout: float) -> None:
-        self.manager.waiting.set()
-        if not self.manager.ready:
-            time.sleep(timeout)
-            raise RuntimeError("Kernel didn't respond")
-
-    def execute(self, code: str, store_history: bool = True) -> str:
-        self.manager.cells.append(code)
-        return f"msg-{len(self.manager.cells)}"
-
-    def get_iopub_msg(self, timeout: float) -> dict:
-        raise RuntimeError("closed")  # the reader thread ends at once
+def kernels_with(token: str) -> list[int]:
+    """The processes started with ``token`` as their NBDIST_TOKEN: the kernels of one Workers, whatever started."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if f"NBDIST_TOKEN={token}".encode() in f.read().split(b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
 
 
-class FakeManager:
-    """A kernel manager whose kernel is a flag; ``made`` holds every one that was created."""
-
-    made: list[FakeManager] = []
-    ready = True
-
-    def __init__(self, **_: object) -> None:
-        self.has_kernel, self.cells, self.waiting = False, [], threading.Event()
-        self.provisioner = type("P", (), {"pid": 4242 + len(FakeManager.made), "process": FakeProcess(None)})()
-        FakeManager.made.append(self)
-
-    def start_kernel(self, **_: object) -> None:
-        self.has_kernel = True
-
-    def client(self) -> FakeClient:
-        return FakeClient(self)
-
-    def is_alive(self) -> bool:
-        return self.has_kernel and self.provisioner.process.returncode is None
-
-    def shutdown_kernel(self, now: bool = False) -> None:
-        self.has_kernel = False
-
-    def die(self, returncode: int) -> None:
-        self.provisioner.process.returncode = returncode
+def wait_until(what: str, ok: Callable[[], bool], within: float = 90) -> None:
+    deadline = time.monotonic() + within
+    while not ok():
+        assert time.monotonic() < deadline, f"{what}: not within {within} s"
+        time.sleep(0.1)
 
 
 @pytest.fixture
-def fakes(monkeypatch):
-    import jupyter_client.manager
-
-    FakeManager.made, FakeManager.ready = [], True
-    monkeypatch.setattr(jupyter_client.manager, "KernelManager", FakeManager)
-    return FakeManager
-
-
-def joined_workers(max_restarts: int = 3) -> workers.Workers:
-    ws = workers.Workers(2, 29555, "t", max_restarts=max_restarts)
-    w = ws.workers[0]
-    ws._start(w)
-    w.joined = True
-    return ws
+def supervised() -> Iterator[workers.Workers]:
+    """One worker kernel, started, marked joined, under the supervisor; everything with its token is gone after."""
+    token = secrets.token_hex(8)
+    ws = workers.Workers(2, free_port(), token)
+    try:
+        ws.start()
+        ws.workers[0].joined = True
+        yield ws
+    finally:
+        ws.shutdown()
+        for pid in kernels_with(token):  # a test that failed half-way: nothing of it may outlive it
+            os.kill(pid, signal.SIGKILL)
 
 
-def test_a_dead_worker_is_started_again_in_its_slot_with_its_three_cells(fakes):
-    ws = joined_workers()
-    w = ws.workers[0]
-    old = w.manager
-    old.die(-signal.SIGKILL)
-    ws._look(w)
-    assert w.manager is not old and not old.has_kernel and w.manager.has_kernel  # the old one cleaned up
-    assert w.manager.cells[0] == "%load_ext nbdist" and w.manager.cells[1].startswith("%dist_init --rank 1 ")
-    assert w.manager.cells[2] == "%dist_follow --quiet"
-    (exit_,) = w.exits
-    assert exit_.restarted and exit_.how == "killed by SIGKILL" and w.down is None and len(w.restarts) == 1
-    # The new kernel died before it joined: left down, with the reason kept.
-    w.manager.die(1)
-    ws._look(w)
-    assert w.down == DOWN_START and w.manager is None and [e.restarted for e in w.exits] == [True, False]
-    assert "exited with code 1" in w.exits[-1].line() and "left down" in w.exits[-1].line()
-    ws.shutdown()
+def test_a_restarted_worker_that_dies_before_it_joins_is_left_down_and_nothing_is_left_running(supervised):
+    w = supervised.workers[0]
+    first = w.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    # Started again, its three cells queued (killed before it answered, its start fails).
+    wait_until("the worker is started again", lambda: w.pid not in (None, first) and w.init_id != "")
+    second = w.pid
+    assert second is not None and len(w.restarts) == 1
+    os.kill(second, signal.SIGKILL)  # before it joins (it cannot: no master)
+    wait_until("the restarted worker is left down", lambda: w.down is not None)
+    assert w.down == DOWN_START
+    assert [e.restarted for e in w.exits] == [True, False] and "killed by SIGKILL" in w.exits[0].how
+    assert [e.pid for e in w.exits] == [first, second]
+    (row,) = supervised.rows()
+    assert row["down"] == DOWN_START and row["restarts"].startswith("1 of 3") and row["pid"] == second
+    wait_gone([first, second], 15)
+    assert kernels_with(supervised.token) == []
 
 
-def test_with_max_restarts_0_a_dead_worker_is_left_down_and_its_remains_are_stopped(fakes):
-    ws = joined_workers(max_restarts=0)
-    w = ws.workers[0]
-    old = w.manager
-    old.die(-signal.SIGSEGV)
-    ws._look(w)
-    assert w.down == "restarts are off (--max-restarts 0)" and not old.has_kernel and len(fakes.made) == 1
-    (row,) = ws.rows()
-    assert row["down"] and row["restarts"] == "off (--max-restarts 0)" and "SIGSEGV" in row["exits"][0]
-    ws.shutdown()
-
-
-def test_a_shutdown_during_a_restart_stops_the_new_kernel_and_returns_within_seconds(fakes):
-    ws = joined_workers()
-    w = ws.workers[0]
-    w.manager.die(-signal.SIGKILL)
-    FakeManager.ready = False  # the new kernel never answers: the restart waits in _wait_ready
-    restart = threading.Thread(target=ws._look, args=(w,), daemon=True)
-    restart.start()
-    assert _restart_waiting(fakes)
-    started = time.monotonic()
-    ws.shutdown()
-    restart.join(10)
-    assert not restart.is_alive() and time.monotonic() - started < 5
-    assert not any(m.has_kernel for m in fakes.made)  # no kernel left behind
-    assert ws.workers == [] and w.down is None  # a stop, not a failure to report
-    ws.shutdown()  # idempotent
-
-
-def _restart_waiting(fakes) -> bool:
-    """Whether the restart's new kernel is being waited for (its manager made, its wait begun) within 10 s."""
-    deadline = time.monotonic() + 10
-    while len(fakes.made) < 2:
-        assert time.monotonic() < deadline, "the restart did not begin"
-        time.sleep(0.01)
-    return fakes.made[-1].waiting.wait(10)
-
-
-def test_the_supervisor_thread_stops_with_shutdown(fakes):
-    ws = workers.Workers(2, 29555, "t")
-    ws.start()
-    supervisor = ws._supervisor
-    assert supervisor is not None and supervisor.is_alive()
-    ws.shutdown()
-    assert not supervisor.is_alive() and not any(m.has_kernel for m in fakes.made)
+def test_a_shutdown_during_a_restart_stops_the_supervisor_and_leaves_no_kernel(supervised):
+    w = supervised.workers[0]
+    first = w.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    wait_until("the restart begins", lambda: len(w.restarts) == 1)
+    supervisor = supervised._supervisor
+    supervised.shutdown()  # the new kernel is starting, or has just started: either way it is stopped
+    assert supervisor is not None and not supervisor.is_alive()
+    wait_gone(kernels_with(supervised.token), 15)
+    assert w.down is None  # a stop, not a failure to report
+    supervised.shutdown()  # idempotent
