@@ -19,7 +19,7 @@ from .errors import ConfigError, NbdistError
 from .magicflags import argument, cell_magic, line_cell_magic, line_magic, magic_arguments
 from .session import Session
 from .view import notes
-from .view.display import Cell, JoinStatus, Message, SideBySide, Source, summary_table
+from .view.display import Cell, JoinStatus, Message, SideBySide, Source, summary_table, workers_table
 
 _NAME = "DistMagics"
 VIEWS = ("ranks", "groups")  # how a cell's table is drawn (%%collective --view, %dist_config view=)
@@ -526,24 +526,7 @@ class DistMagics(Magics):
         rows = workers.rows()
         ranks = self.session.world.registrations() if self.session.world is not None else []
         title = getattr(workers, "title", lambda: f"nbdist workers · {len(rows)} kernel(s) started by this notebook")
-        table = SideBySide(title(), [f"rank {r['rank']}" for r in rows], compare=False,
-                           ranks=[r["rank"] for r in rows], world_size=len(ranks) or None)
-        remote = [r for r in rows if r["pid"] is None and "restarts" not in r and r["rank"] < len(ranks)]
-        alive = {row["rank"]: row["alive"] for row in self.session.status()} if remote else {}
-        for r in remote:  # a Slurm task: its node and pid are what it registered, its liveness its heartbeat
-            r.update(pid=ranks[r["rank"]].get("pid"), node=ranks[r["rank"]].get("host"), joined=True,
-                     alive=r["alive"] and alive.get(r["rank"], False))
-        if any("node" in r for r in rows):
-            table.add("node", [Cell(str(r.get("node", "not joined yet"))) for r in rows])
-        table.add("pid", [Cell(str(r["pid"])) for r in rows])
-        table.add("state", [Cell(notes.worker_state(r)) for r in rows])
-        table.add("device", [Cell(str(ranks[r["rank"]].get("device", "")) if r["rank"] < len(ranks) else "")
-                             for r in rows])
-        if any("restarts" in r for r in rows):  # local workers: a dead one is started again in its slot
-            table.add("restarts", [Cell(r["restarts"]) for r in rows])
-            table.add("exits", [Cell("\n".join(r["exits"]) or "none") for r in rows])
-        table.add("last lines", [Cell("\n".join(r["log"])) for r in rows])
-        display(table)
+        display(workers_table(title(), rows, ranks, lambda: {r["rank"]: r["alive"] for r in self.session.status()}))
 
     dashboard: Any = None  # the %dist_dashboard running in this kernel (nbdist.measure.dashboard.Dashboard), if any
 

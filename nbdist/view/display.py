@@ -12,10 +12,12 @@ from __future__ import annotations
 import functools
 import html
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import ranksets
+from . import notes
 from .numbers import fold_alike
 
 # Colours. Where the frontend has a theme (JupyterLab's and Notebook 7's --jp-* variables, light or dark),
@@ -189,6 +191,32 @@ def summary_table(title: str, ranks: list[dict[str, Any]], footer: str = "") -> 
     ]:
         table.add(label, [Cell(str(info.get(key, ""))) for info in ranks])
     table.add("environment", [Cell("\n".join(info.get("env", []))) for info in ranks])
+    return table
+
+
+def workers_table(title: str, rows: list[dict[str, Any]], ranks: list[dict[str, Any]],
+                  alive: Callable[[], dict[int, bool]]) -> SideBySide:
+    """%dist_workers: a column per worker (``rows``: what the workers say of themselves; ``ranks``: the world's
+    registrations). A Slurm task's node and pid are what it registered, its liveness its heartbeat (``alive()``:
+    each rank's, read only when there is such a task); a local worker's restarts and exits have rows of their own."""
+    rows = [dict(r) for r in rows]
+    table = SideBySide(title, [f"rank {r['rank']}" for r in rows], compare=False,
+                       ranks=[r["rank"] for r in rows], world_size=len(ranks) or None)
+    remote = [r for r in rows if r["pid"] is None and "restarts" not in r and r["rank"] < len(ranks)]
+    beating = alive() if remote else {}
+    for r in remote:
+        r.update(pid=ranks[r["rank"]].get("pid"), node=ranks[r["rank"]].get("host"), joined=True,
+                 alive=r["alive"] and beating.get(r["rank"], False))
+    if any("node" in r for r in rows):
+        table.add("node", [Cell(str(r.get("node", "not joined yet"))) for r in rows])
+    table.add("pid", [Cell(str(r["pid"])) for r in rows])
+    table.add("state", [Cell(notes.worker_state(r)) for r in rows])
+    table.add("device", [Cell(str(ranks[r["rank"]].get("device", "")) if r["rank"] < len(ranks) else "")
+                         for r in rows])
+    if any("restarts" in r for r in rows):  # local workers: a dead one is started again in its slot
+        table.add("restarts", [Cell(r["restarts"]) for r in rows])
+        table.add("exits", [Cell("\n".join(r["exits"]) or "none") for r in rows])
+    table.add("last lines", [Cell("\n".join(r["log"])) for r in rows])
     return table
 
 
