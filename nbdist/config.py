@@ -73,6 +73,13 @@ def env_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 RUN_VARIABLE = "NBDIST_RUN"  # set by ``nbdist run`` in the kernels it starts
+WORKER_VARIABLE = "NBDIST_WORKER"  # "1" in the worker kernels that %dist_init --spawn starts (nbdist.drive.workers)
+
+
+def spawned(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this kernel is a worker that a driving notebook started (and starts again if it dies)."""
+    environ = os.environ if environ is None else environ
+    return environ.get(WORKER_VARIABLE, "") == "1"
 RUN_SETTINGS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 

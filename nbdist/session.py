@@ -35,7 +35,7 @@ from .cell.prestart import Window
 from .cell.stopper import Stopper
 from .cell.stops import Stops
 from .cell.turn import Turn
-from .config import HEARTBEAT_INTERVAL, WorldConfig
+from .config import HEARTBEAT_INTERVAL, WorldConfig, spawned
 from .debug import aids, postmortem
 from .drive import follow
 from .drive.driving import KernelDrive
@@ -196,6 +196,7 @@ class Session:
             agreed=envplan.agreed_values(choice.backend, self.env_plan, choice.npu),
             env=setup.env_lines(self.env_plan),
             keeps_beat=True,  # its heartbeat stays in the store once it stops (the others read it with the rest)
+            spawned=spawned(),  # a worker of %dist_init --spawn: the notebook that started it says how it ended
         )
         world = self.link.join(me, cfg, on_status, deadline)
         problems = envplan.disagreements(world.registrations())
@@ -317,7 +318,10 @@ class Session:
 
         try:
             ranks = self.init(cfg, status, keep_workers=True)
-            self.drive.take(self.require_world("%dist_init --spawn"))
+            world = self.require_world("%dist_init --spawn")
+            self.drive.take(world)
+            if isinstance(workers, Workers):  # local workers are started again if they die: the others are told how
+                workers.report_to(world.client.clone(op_timeout=5.0), world.key)
         except BaseException:
             self.leave()
             raise

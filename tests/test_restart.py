@@ -101,6 +101,26 @@ def test_a_worker_killed_while_idle_is_started_again_and_the_world_goes_on_with_
     assert str(new) in shown and "joined, following" in shown, shown
 
 
+def test_a_worker_that_exits_inside_a_collective_ends_the_cell_on_rank_0_saying_how_and_that_it_was_restarted(driver):
+    """Issue 47, item 2: the cell the worker died in ends at once, naming how its kernel ended, its last lines, and
+    ending with its restart; the next cell runs on both ranks once the new kernel joined."""
+    pid = spawn_and_fill(driver)
+    r = driver.execute("%%collective\nimport os, sys\nt = torch.ones(1)\nif RANK == 1:\n    print('leaving now', "
+                       "file=sys.__stderr__, flush=True)\n    os._exit(3)\ndist.all_reduce(t)\n", timeout=120)
+    assert r.status == "error", r.text()
+    said = r.error["evalue"]
+    assert f"pid {pid}) is gone: its kernel exited with code 3 (its last lines: " in said, said
+    assert "leaving now" in said and said.endswith("rank 1 was restarted (1 of 3)"), said
+    wait_for(driver, "the worker is started again and joins",
+             lambda s: s[0][1] not in (None, pid) and s[0][2] and s[0][3] is None)
+    deadline = time.monotonic() + 120
+    while (r := driver.execute(COLLECTIVE, timeout=120)).status != "ok" and "NameError" not in r.text():
+        assert "rank 1" in r.error["evalue"] and time.monotonic() < deadline, r.error
+        time.sleep(1.0)
+    assert "sum 2.0 kept 7" in r.text(), r.text()  # rank 0 kept its variable; the group was rebuilt
+    assert driver.execute("%dist_destroy", timeout=60).status == "ok"
+
+
 def test_with_max_restarts_0_a_killed_worker_is_left_down_and_dist_workers_says_why(driver):
     r = driver.execute("%dist_init --spawn 2 --max-restarts -1", timeout=30)
     assert r.status == "error" and r.error["ename"] == "UsageError" and "0 or more" in r.error["evalue"], r.error

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 DEFAULT_MAX = 3  # --max-restarts when it is not given
 AFTER_DOWN = "%dist_init --spawn N again starts every worker afresh (every rank's variables are lost)"
 WINDOW = 600.0  # seconds within which a rank's restarts are counted
+TOLD_LINES = 5  # lines of a dead kernel's last output told to the other ranks (nbdist.world.records.Exited)
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,8 @@ def describe(returncode: int | None, rss_kb: int | None) -> str:
     except ValueError:
         name = f"signal {-returncode}"
     if -returncode == signal.SIGKILL and rss_kb is not None:
-        return f"killed by {name} (it held {memory(rss_kb)} just before: a likely out-of-memory kill)"
-    return f"killed by {name}"
+        return f"was killed by {name} (it held {memory(rss_kb)} just before: a likely out-of-memory kill)"
+    return f"was killed by {name}"
 
 
 def rss_kb(status: str) -> int | None:

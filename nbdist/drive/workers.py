@@ -28,11 +28,14 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..config import RUN_VARIABLE
-from ..errors import WorkerError
+from ..config import RUN_VARIABLE, WORKER_VARIABLE
+from ..errors import StoreConnectionError, WorkerError
+from ..world import keys, records
+from ..world.store import StoreClient
 from . import restarts
 from .restarts import Exit
 
@@ -89,14 +92,15 @@ class Worker:
 
     def log_tail(self, n: int = 12) -> list[str]:
         """The last ``n`` lines: what the kernel process wrote, then what its cells showed."""
-        text: list[str] = []
-        path = os.path.join(self.folder, "kernel.log")
+        return [*self.process_tail(n), *list(self.lines)[-n:]][-n:]
+
+    def process_tail(self, n: int) -> list[str]:
+        """The last ``n`` lines the kernel process itself wrote (its stdout and stderr), blank ones left out."""
         try:
-            with open(path, errors="replace") as f:
-                text = [line.rstrip("\n") for line in collections.deque(f, maxlen=n)]
+            with open(os.path.join(self.folder, "kernel.log"), errors="replace") as f:
+                return list(collections.deque((line.rstrip("\n") for line in f if line.strip()), maxlen=n))
         except OSError:
-            text = []
-        return [*text, *list(self.lines)[-n:]][-n:]
+            return []
 
 
 def remove_stale_folders() -> None:
@@ -132,6 +136,7 @@ class Workers:
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._supervisor: threading.Thread | None = None
+        self._report: tuple[StoreClient, Callable[[str], str]] | None = None  # where deaths are told (report_to)
 
     def start(self) -> None:
         """Start every worker kernel in parallel and queue its three cells; raise WorkerError if one cannot start.
@@ -165,7 +170,7 @@ class Workers:
         w.folder = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-{w.rank}-")
         w.manager = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(w.folder, "k"))
         w.manager.shutdown_wait_time = SHUTDOWN_WAIT
-        env = {**os.environ, "NBDIST_TOKEN": self.token, "NBDIST_WORKER": "1"}
+        env = {**os.environ, "NBDIST_TOKEN": self.token, WORKER_VARIABLE: "1"}
         for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DEVICE_ID", RUN_VARIABLE):
             env.pop(key, None)  # this notebook's own rank settings are not the worker's
         with open(os.path.join(w.folder, "kernel.log"), "w") as log:
@@ -242,10 +247,13 @@ class Workers:
         now = time.monotonic()
         how = restarts.describe(w.returncode(), w.rss_kb)
         decision = restarts.decide(w.restarts, now, self.max_restarts, w.joined)
-        w.exits.append(Exit(time.time(), w.pid, how, w.rss_kb, tuple(w.log_tail()), decision.restart, decision.why))
+        exit_ = Exit(time.time(), w.pid, how, w.rss_kb, tuple(w.log_tail()), decision.restart, decision.why)
+        w.exits.append(exit_)
+        tail = w.process_tail(restarts.TOLD_LINES)  # what the dead process wrote, before its folder goes
         with self._lock:
             if self._closing.is_set():
                 return  # shutdown() stops what is left of it
+            self._tell(w.rank, exit_, restarts.in_window([*w.restarts, now], now), tail)
             self._clean(w)
             if not decision.restart:
                 w.down = decision.why
@@ -267,6 +275,27 @@ class Workers:
                 if not self._closing.is_set():  # (else shutdown() has stopped the world; nothing to report)
                     w.down = why
                     w.exits[-1] = replace(w.exits[-1], restarted=False, why_down=why)
+                    self._tell(w.rank, w.exits[-1], n, tail)
+
+    def report_to(self, client: StoreClient, key: Callable[[str], str]) -> None:
+        """From now on, say in the world's store how each worker's kernel that dies ended, and what became of its
+        slot (:class:`nbdist.world.records.Exited`, which the ranks that lose it read); ``client``: a connection
+        of the supervisor's own, closed at shutdown; ``key``: the world's round's key of a name."""
+        self._report = (client, key)
+
+    def _tell(self, rank: int, exit_: Exit, n: int, lines: list[str]) -> None:
+        """Publish how rank ``rank``'s kernel ended (``n``: its restarts within the window, this one counted;
+        ``lines``: the last its process wrote)."""
+        if self._report is None or exit_.pid is None:
+            return
+        client, key = self._report
+        then = (f"rank {rank} was restarted ({n} of {self.max_restarts})" if exit_.restarted
+                else f"rank {rank} was left down: {exit_.why_down}; {restarts.AFTER_DOWN}")
+        told = records.Exited(exit_.pid, exit_.how, lines, exit_.restarted, then, exit_.at)
+        try:
+            client.set(key(keys.exited(rank)), told.to_json())
+        except StoreConnectionError as exc:  # the world is going: nobody is left to tell
+            logger.info("nbdist: could not say how worker rank %d ended: %s", rank, exc)
 
     def _leave_down(self, w: Worker, why: str) -> None:
         with self._lock:
@@ -319,6 +348,9 @@ class Workers:
             pass
         if self._supervisor is not None and self._supervisor is not threading.current_thread():
             self._supervisor.join(timeout=LOOK_INTERVAL + 5)
+        report, self._report = self._report, None
+        if report is not None:
+            report[0].close()
 
         def one(w: Worker) -> None:
             w._halt.set()

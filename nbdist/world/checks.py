@@ -14,8 +14,10 @@ from ..errors import JoinError, PeerLostError, WorldChangedError
 from . import keys, records
 from .counters import current_round
 from .liveness import PeerTracker
-from .records import Registration
+from .records import Exited, Registration
 from .store import StoreClient
+
+EXIT_WAIT = 3.0  # seconds a rank waits for the notebook that spawned a worker whose kernel died to say how it ended
 
 
 class Member(Protocol):
@@ -84,21 +86,54 @@ class Checks:
             self._tracker = PeerTracker(w.ranks, w.rank)
         dead = self._tracker.dead(client or w.client)
         if dead:
-            raise self.lost(dead)
+            raise self.lost(dead, client)
 
     def members_changed(self) -> None:
         """The world's registrations were read again (a rank may have been replaced): judge its peers afresh."""
         self._tracker = None
 
-    def lost(self, dead: list[tuple[int, str]]) -> PeerLostError:
-        """The error that says ``dead`` (rank, why) are gone, and what carries this notebook on."""
+    def lost(self, dead: list[tuple[int, str]], client: StoreClient | None = None) -> PeerLostError:
+        """The error that says ``dead`` (rank, why) are gone, and what carries this notebook on. A spawned worker
+        whose kernel died is said as the notebook that started it saw it end (:class:`records.Exited`, read on
+        ``client``, else the world's): how, its last lines, and what became of its slot, the message's last words."""
         w = self._world
-        who = "; ".join(f"{w.describe(i)} {why}" for i, why in dead)
+        exits = {i: self._exit_of(i, client or w.client) for i, why in dead
+                 if w.ranks[i].spawned and why.startswith("is gone")}
+        who = "; ".join(_gone(w.describe(i), why, exits.get(i)) for i, why in dead)
+        told = [e for e in exits.values() if e is not None]
+        if told and len(told) == len(dead):
+            carry = (" This notebook carries on at its next %%collective once the new kernel has joined (%dist_workers "
+                     "shows it in the notebook that started it);" if any(e.restarted for e in told) else "")
+            return PeerLostError(f"{who}.{carry} {'; '.join(e.then for e in told)}")
         if all(w.ranks[i].process == "nbdist follow" for i, _ in dead):
             again = (f"Once a follower joins again as {'that rank' if len(dead) == 1 else 'those ranks'} (nbdist "
                      f"follow --rank {dead[0][0]} ...), this notebook carries on at its next %%collective; %dist_init "
                      "--spawn again forms a new world")
+        elif all(w.ranks[i].spawned for i, _ in dead):
+            again = ("The notebook that started it (%dist_init --spawn) starts it again in its slot if it can "
+                     "(%dist_workers there); this notebook carries on at its next %%collective once it has joined")
         else:
             again = ("Once its notebook runs %load_ext nbdist and its %%dist_init again (after a restart, or when "
                      "the network is back), this notebook carries on at its next %%collective")
         return PeerLostError(f"{who}. {again}")
+
+    def _exit_of(self, i: int, client: StoreClient) -> Exited | None:
+        """How spawned worker ``i``'s kernel (the one registered) ended, once the notebook that started it says so,
+        within :data:`EXIT_WAIT` s; None if it does not (it may be gone too)."""
+        w = self._world
+        deadline = time.monotonic() + EXIT_WAIT
+        while True:
+            told = Exited.read(client.get_if(w.key(keys.exited(i))))
+            if told is not None and told.pid == w.ranks[i].pid:
+                return told
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)
+
+
+def _gone(who: str, why: str, told: Exited | None) -> str:
+    """One dead rank, in words: how its kernel ended and its last lines, where the notebook that started it said."""
+    if told is None:
+        return f"{who} {why}"
+    lines = " / ".join(line.strip() for line in told.lines[-3:] if line.strip())
+    return f"{who} is gone: its kernel {told.how}" + (f" (its last lines: {lines})" if lines else "")

@@ -19,6 +19,8 @@ A round (``r/<r>/`` + the names below)::
     last/<i>, busy/<i>            what rank i does (a :class:`.records.Note`: a barrier it waits at, the body it
                                   runs); whether a cell runs
     left/<i>, left_n              rank i left the world; how many did
+    exited/<i>                    how spawned worker rank i's last kernel ended, and what then became of its slot
+                                  (:class:`.records.Exited`, written by the notebook that started it)
     gen                           the process group's generation: an older group is rebuilt at the next step
     turn                          the last step the world took (its next one is turn + 1)
     stops, stop/<n>               stops of every rank (%dist_stop, nbdist stop): how many; each one
@@ -108,6 +110,11 @@ def left(i: int) -> str:
 
 def stop(n: int) -> str:
     return f"stop/{n}"
+
+
+def exited(i: int) -> str:
+    """How spawned worker rank ``i``'s last kernel ended (:class:`nbdist.world.records.Exited`)."""
+    return f"exited/{i}"
 
 
 def plain_failed(k: int) -> str:

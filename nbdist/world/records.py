@@ -27,6 +27,9 @@ record                  key (:mod:`.keys`)                      written by, read
                                                                 guard (:mod:`nbdist.cell.guard`)
 :class:`Busy`           ``busy/<i>``                            each rank's guard, whether it runs a cell;
                                                                 the waits outside cells, the dashboard
+:class:`Exited`         ``exited/<i>``                          the notebook that spawned worker rank i, how
+                                                                its kernel ended; the ranks that lose it
+                                                                (:meth:`nbdist.world.checks.Checks.lost`)
 :class:`LivePart`       ``t/<n>/live/<i>``                      each rank, its part of a cell's live table;
                                                                 the notebooks that show it
                                                                 (:mod:`nbdist.cell.live`)
@@ -426,6 +429,47 @@ class StopAll:
         return cls(message=read.text("message"), session=read.text("session", ""), t=read.time("t"))
 
 
+# --- exited/<i>: how a spawned worker's kernel ended ----------------------------------------------------
+
+@dataclass(frozen=True)
+class Exited:
+    """How the kernel of spawned worker rank ``i`` (its ``pid``) ended, as the notebook that started it saw it:
+    ``how`` (its exit code, or the signal by name), the last ``lines`` it wrote, whether it was ``restarted`` and
+    what ``then`` became of its slot ("rank 1 was restarted (1 of 3)", or why it was left down), at ``t``
+    (``time.time()``)."""
+
+    pid: int
+    how: str
+    lines: list[str]
+    restarted: bool
+    then: str
+    t: float
+
+    def to_json(self) -> str:
+        return json.dumps(_value(self))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Exited:
+        value = json_object(text)
+        read = _Fields(value)
+        pid, how, then, t = read.count("pid"), read.text("how"), read.text("then"), read.time("t")
+        restarted = read.flag("restarted")
+        why = why_not(value.get("lines", []), [str], "its 'lines'")
+        if why:
+            raise MalformedRecord(why, value)
+        return cls(pid=pid, how=how, lines=list(value.get("lines", [])), restarted=restarted, then=then, t=t)
+
+    @classmethod
+    def read(cls, text: str | None) -> Exited | None:
+        """The record, or None: unset, or not one (anyone who reaches the port can write there)."""
+        if text is None:
+            return None
+        try:
+            return cls.from_json(text)
+        except MalformedRecord:
+            return None
+
+
 # --- busy/<i>: whether a rank runs a cell -----------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -538,9 +582,10 @@ class Registration:
     and its other addresses (``addrs``); the versions of ``nbdist``, ``torch`` and ``python``; its ``backend`` (and
     ``backend_reason``), ``device`` (``device_chosen``: by --device), ``torch_npu`` and ``cann`` (None: absent);
     the values every rank must give alike (``agreed``), its environment's plan (``env``); whether its heartbeat
-    stays in the store once it stops (``keeps_beat``: the version before removes it); and ``nonce``, which tells
-    its own claim from another's. Only ``session``, ``rank``, ``host`` and ``pid`` must be there: the rest have
-    defaults for a kernel of an earlier version.
+    stays in the store once it stops (``keeps_beat``: the version before removes it); whether a driving notebook
+    started it and starts it again if it dies (``spawned``: a worker of ``%dist_init --spawn``, which says how it
+    ended in an :class:`Exited`); and ``nonce``, which tells its own claim from another's. Only ``session``,
+    ``rank``, ``host`` and ``pid`` must be there: the rest have defaults for a kernel of an earlier version.
     """
 
     session: str
@@ -563,12 +608,13 @@ class Registration:
     agreed: dict[str, str] = field(default_factory=dict)
     env: list[str] = field(default_factory=list)
     keeps_beat: bool = False
+    spawned: bool = False
     nonce: str = ""
 
     _SHAPES: ClassVar[dict[str, Any]] = {"process": str, "node": str, "addr": str, "addrs": [str], "nbdist": str,
                                          "torch": str, "python": str, "backend": str, "backend_reason": str,
                                          "device": str, "device_chosen": bool, "agreed": {str: str}, "env": [str],
-                                         "keeps_beat": bool, "nonce": str}
+                                         "keeps_beat": bool, "spawned": bool, "nonce": str}
 
     def as_dict(self) -> dict[str, Any]:
         """The record as the JSON object the store holds (the views take a rank's registration as one)."""

@@ -43,13 +43,13 @@ def test_a_dead_rank_is_started_again_within_its_budget_and_never_in_a_start_up_
 @pytest.mark.parametrize(("returncode", "rss", "said"), [
     (0, None, "exited with code 0"),
     (1, 2048, "exited with code 1"),
-    (-signal.SIGKILL, 3 * 1024 * 1024 // 2, "killed by SIGKILL (it held 1.5 GiB just before: a likely out-of-memory "
-                                            "kill)"),
-    (-signal.SIGKILL, 250 * 1024, "killed by SIGKILL (it held 250 MiB just before: a likely out-of-memory kill)"),
-    (-signal.SIGKILL, None, "killed by SIGKILL"),  # no sample yet: no guess
-    (-signal.SIGSEGV, 1000, "killed by SIGSEGV"),
-    (-signal.SIGTERM, None, "killed by SIGTERM"),
-    (-99, None, "killed by signal 99"),
+    (-signal.SIGKILL, 3 * 1024 * 1024 // 2, "was killed by SIGKILL (it held 1.5 GiB just before: a likely "
+                                            "out-of-memory kill)"),
+    (-signal.SIGKILL, 250 * 1024, "was killed by SIGKILL (it held 250 MiB just before: a likely out-of-memory kill)"),
+    (-signal.SIGKILL, None, "was killed by SIGKILL"),  # no sample yet: no guess
+    (-signal.SIGSEGV, 1000, "was killed by SIGSEGV"),
+    (-signal.SIGTERM, None, "was killed by SIGTERM"),
+    (-99, None, "was killed by signal 99"),
     (None, None, "ended (exit status unknown)"),
 ])
 def test_how_a_kernel_ended_is_its_exit_code_or_its_signal_by_name(returncode, rss, said):
@@ -85,7 +85,7 @@ def test_max_restarts_takes_a_count_of_zero_or_more(value, expected):
 
 def test_an_exit_is_one_line_when_how_and_what_followed():
     at = time.mktime((2026, 12, 7, 14, 3, 9, 0, 0, -1))
-    restarted = restarts.Exit(at, 4007, "killed by SIGKILL", 1024, ("boom",), restarted=True)
+    restarted = restarts.Exit(at, 4007, "was killed by SIGKILL", 1024, ("boom",), restarted=True)
     down = restarts.Exit(at, 4008, "exited with code 1", None, (), restarted=False, why_down="restarts are off")
-    assert restarted.line() == "14:03:09 pid 4007 killed by SIGKILL; restarted"
+    assert restarted.line() == "14:03:09 pid 4007 was killed by SIGKILL; restarted"
     assert down.line() == "14:03:09 pid 4008 exited with code 1; left down: restarts are off"
