@@ -26,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "measure": {"world", "backend", "view", "cell", "drive"},
     "job": {"world", "backend", "view", "drive"},
     "debug": {"world", "view"},
+    "heal": {"world", "view"},
 }
 PARTS = set(ALLOWED) - {BASE}
 
