@@ -11,6 +11,8 @@ from IPython.display import display
 
 from .cell import outcome_view
 from .errors import NotInitializedError
+from .healmagics import NAME as HEAL_NAME
+from .healmagics import HealMagics
 from .magics import _NAME, DistMagics, registered
 from .view.display import Message
 
@@ -45,7 +47,7 @@ def bare_cell_magic_as_line(lines: list[str]) -> list[str]:
 def load(shell: Any) -> None:
     """Register the magics (``%load_ext nbdist``)."""
     magics = DistMagics(shell)
-    shell.register_magics(magics)
+    shell.register_magics(magics, HealMagics(shell, magics))
     if bare_cell_magic_as_line not in shell.input_transformers_cleanup:
         shell.input_transformers_cleanup.append(bare_cell_magic_as_line)
     magics.session.prestart.install(shell)
@@ -60,6 +62,7 @@ def load(shell: Any) -> None:
 def unload(shell: Any) -> None:
     """Leave the world, stop the server and threads, remove the magics (``%unload_ext``)."""
     magics = shell.magics_manager.registry.pop(_NAME, None)
+    heal = shell.magics_manager.registry.pop(HEAL_NAME, None)
     if magics is None:
         return
     magics._stop_dashboard("nbdist was unloaded")
@@ -71,6 +74,7 @@ def unload(shell: Any) -> None:
     shell.input_transformers_cleanup[:] = [
         t for t in shell.input_transformers_cleanup if getattr(t, "__name__", "") != "bare_cell_magic_as_line"
     ]
-    for kind, names in type(magics).magics.items():  # every magic the class declares
-        for name in names:
-            shell.magics_manager.magics[kind].pop(name, None)
+    for declared in (magics, heal):
+        for kind, names in type(declared).magics.items() if declared is not None else ():  # every magic it declares
+            for name in names:
+                shell.magics_manager.magics[kind].pop(name, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -19,7 +20,7 @@ from .errors import ConfigError, NbdistError
 from .magicflags import argument, cell_magic, line_cell_magic, line_magic, magic_arguments
 from .session import Session
 from .view import notes
-from .view.display import Cell, JoinStatus, Message, SideBySide, Source, summary_table, workers_table
+from .view.display import JoinStatus, Message, Source, status_table, summary_table
 
 _NAME = "DistMagics"
 VIEWS = ("ranks", "groups")  # how a cell's table is drawn (%%collective --view, %dist_config view=)
@@ -102,28 +103,16 @@ class DistMagics(Magics):
             return
         if args.max_restarts is not None:
             raise UsageError("--max-restarts applies to the workers of --spawn N; this notebook spawns none")
-        flags = {
-            "rank": args.rank, "world_size": args.world_size, "master_addr": args.master_addr,
-            "master_port": args.master_port, "backend": args.backend, "device": args.device,
-            "timeout": args.timeout, "debug": args.debug, "pg_timeout": args.pg_timeout, "token": args.token,
-        }
+        flags: dict[str, Any] = {name: getattr(args, name) for name in (
+            "rank", "world_size", "master_addr", "master_port", "backend", "device", "timeout", "debug", "pg_timeout",
+            "token")}
         try:
             flags["env"] = envplan.parse_overrides(args.env)
             cfg = config.resolve(flags, self.shell.user_ns, self.session.environ_for_config())
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
-        address = f"{cfg.master_addr}:{cfg.master_port}"
-        handle = display(Message(f"nbdist: joining {address} as rank {cfg.rank} of {cfg.world_size}…"),
-                         display_id=True)
-
-        def on_status(status: Any) -> None:
-            handle.update(Message(status) if isinstance(status, str) else JoinStatus(status, address))
-
-        try:
-            ranks = self.session.init(cfg, on_status)
-        except ConfigError as exc:
-            raise UsageError(str(exc)) from None
-        self._joined(cfg, ranks, address)
+        self._join(cfg, f"joining {cfg.master_addr}:{cfg.master_port} as rank {cfg.rank} of {cfg.world_size}",
+                   lambda on_status: self.session.init(cfg, on_status))
 
     def _spawn(self, args: Any) -> None:
         try:
@@ -132,17 +121,21 @@ class DistMagics(Magics):
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
         cfg = replace(cfg, sources={**cfg.sources, **plan.sources})
-        address = f"{cfg.master_addr}:{cfg.master_port}"
         starting = (f"submitting a Slurm job of {cfg.world_size - 1} follower task(s)" if plan.slurm is not None
                     else f"starting {cfg.world_size - 1} worker kernel(s)")
-        handle = display(Message(f"nbdist: {starting} for a world of {cfg.world_size} on {address}{plan.note}…"),
-                         display_id=True)
+        self._join(cfg, f"{starting} for a world of {cfg.world_size} on {cfg.master_addr}:{cfg.master_port}"
+                        f"{plan.note}", lambda on_status: self.session.spawn(cfg, plan.followers(), on_status))
+
+    def _join(self, cfg: Any, saying: str, join: Callable[[Callable[[Any], None]], list[dict[str, Any]]]) -> None:
+        """Join (``join(on_status)``), a line saying so (``saying``) updated while it waits; then the world's table."""
+        address = f"{cfg.master_addr}:{cfg.master_port}"
+        handle = display(Message(f"nbdist: {saying}…"), display_id=True)
 
         def on_status(status: Any) -> None:
             handle.update(Message(status) if isinstance(status, str) else JoinStatus(status, address))
 
         try:
-            ranks = self.session.spawn(cfg, plan.followers(), on_status)
+            ranks = join(on_status)
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
         self._joined(cfg, ranks, address)
@@ -274,11 +267,7 @@ class DistMagics(Magics):
         args = parse_argstring(self.dist_env, line)
         cfg = self.session.config
         try:
-            master = args.master_addr or (cfg.master_addr if cfg else None)
-            if master is None:
-                raise ConfigError("pass --master-addr (or run %%dist_init first)")
-            port = args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT)
-            backend = args.backend or (self.session.choice.backend if self.session.choice else "auto")
+            master, port, backend = self._target(args)
             # Inside a world, its own --env and --debug count, as at %%dist_init; flags given here replace them.
             env = envplan.parse_overrides(args.env) if args.env else (dict(cfg.env) if cfg else {})
             debug = args.debug if args.debug is not None else (cfg.debug if cfg else "")
@@ -304,16 +293,25 @@ class DistMagics(Magics):
         """
         args = parse_argstring(self.dist_doctor, line)
         cfg = self.session.config
-        master = args.master_addr or (cfg.master_addr if cfg else None)
-        if master is None:
-            raise UsageError("pass --master-addr (or run %%dist_init first)")
-        port = magicflags.port(args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT))
-        backend = args.backend or (self.session.choice.backend if self.session.choice else "auto")
+        try:
+            master, port, backend = self._target(args)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+        port = magicflags.port(port)
         ranks = self.session.world.registrations() if self.session.world else None
         token, source = args.token, "--token"
         if not token and cfg is not None and cfg.token:
             token, source = cfg.token, f"this world's, from {cfg.sources.get('token', '%%dist_init')}"
         print(doctor.report(doctor.run(master, port, backend, ranks, token=token, token_source=source)))
+
+    def _target(self, args: Any) -> tuple[str, Any, str]:
+        """The master, port and backend a check is about: the flags', else this world's (else port 29500, "auto")."""
+        cfg = self.session.config
+        master = args.master_addr or (cfg.master_addr if cfg else None)
+        if master is None:
+            raise ConfigError("pass --master-addr (or run %%dist_init first)")
+        return (master, args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT),
+                args.backend or (self.session.choice.backend if self.session.choice else "auto"))
 
     @line_magic
     def dist_status(self, line: str) -> None:
@@ -321,14 +319,7 @@ class DistMagics(Magics):
         rows = self.session.status()
         world = self.session.world
         assert world is not None  # status() required it
-        table = SideBySide(f"nbdist status · round {world.round}",
-                           [f"rank {r['rank']}" for r in rows], compare=False)
-        table.add("state", [Cell("left" if r["left"] else "joined") for r in rows])
-        table.add("alive", [Cell(notes.alive(r)) for r in rows])
-        table.add("last cell", [Cell(notes.last_cell(r)) for r in rows])
-        for label in ("backend", "device", "host", "pid"):
-            table.add(label, [Cell(str(r.get(label, ""))) for r in rows])
-        display(table)
+        display(status_table(world.round, rows))
 
     @magic_arguments()
     @argument("state", nargs="?", choices=("on", "off"),
@@ -511,22 +502,6 @@ class DistMagics(Magics):
             print("nbdist: released the world; its followers run their own cells again")
         else:
             print("nbdist: this notebook does not drive the world")
-
-    @line_magic
-    def dist_workers(self, line: str) -> None:
-        """Show the followers this notebook started (%dist_init --spawn): rank, pid, state, device, last lines;
-        for local workers also their restarts (n of --max-restarts within the window) and how each kernel ended.
-
-        For --slurm: the job's id and state, and each rank's node.
-        """
-        workers = self.session.workers
-        if workers is None:
-            print("nbdist: this notebook started no workers (%dist_init --spawn N [--slurm OPTIONS] starts them)")
-            return
-        rows = workers.rows()
-        ranks = self.session.world.registrations() if self.session.world is not None else []
-        title = getattr(workers, "title", lambda: f"nbdist workers · {len(rows)} kernel(s) started by this notebook")
-        display(workers_table(title(), rows, ranks, lambda: {r["rank"]: r["alive"] for r in self.session.status()}))
 
     dashboard: Any = None  # the %dist_dashboard running in this kernel (nbdist.measure.dashboard.Dashboard), if any
 

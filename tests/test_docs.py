@@ -28,11 +28,12 @@ _spec.loader.exec_module(reference)
 # What a kernel registers once the extension is loaded: each nbdist magic (by its class), and its parser's flags.
 _REGISTERED = """
 import json
+from nbdist.healmagics import HealMagics
 from nbdist.magics import DistMagics
 found = {}
 for kind, table in get_ipython().magics_manager.magics.items():
     for name, fn in table.items():
-        if isinstance(getattr(fn, "__self__", None), DistMagics):
+        if isinstance(getattr(fn, "__self__", None), (DistMagics, HealMagics)):
             parser = getattr(fn, "parser", None)
             flags = sorted(o for a in (parser._actions if parser else []) for o in a.option_strings)
             found.setdefault(name, {"kinds": [], "flags": flags})["kinds"].append(kind)

@@ -1,6 +1,7 @@
 """The docs' reference pages drawn from the code, so they cannot drift from it.
 
-* ``reference/magics.md``: every magic of :class:`nbdist.magics.DistMagics`, its docstring and each flag
+* ``reference/magics.md``: every magic of :class:`nbdist.magics.DistMagics` and
+  :class:`nbdist.healmagics.HealMagics`, its docstring and each flag
   of its ``@magic_arguments`` parser (flag, value, default, help);
 * ``reference/cli.md``: the ``nbdist`` command, each subcommand from :func:`nbdist.cli.build_parser`.
 
@@ -71,13 +72,16 @@ def flag_rows(parser: argparse.ArgumentParser) -> list[str]:
 
 def magics() -> list[tuple[str, str, Any]]:
     """(prefixes, name, method) of every magic nbdist registers, in the order the class defines them."""
+    from nbdist.healmagics import HealMagics
     from nbdist.magics import DistMagics
 
     found: dict[str, tuple[list[str], Any]] = {}
-    for kind, prefix in (("line", "%"), ("cell", "%%")):
-        for name, method in DistMagics.magics[kind].items():
-            found.setdefault(name, ([], getattr(DistMagics, method)))[0].append(prefix)
-    order = {name: i for i, name in enumerate(vars(DistMagics))}
+    order: dict[str, int] = {}
+    for k, cls in enumerate((DistMagics, HealMagics)):
+        for kind, prefix in (("line", "%"), ("cell", "%%")):
+            for name, method in cls.magics[kind].items():
+                found.setdefault(name, ([], getattr(cls, method)))[0].append(prefix)
+        order.update((name, 1000 * k + i) for i, name in enumerate(vars(cls)))  # a class's magics, then the next's
     return sorted(((" / ".join(f"`{p}{name}`" for p in sorted(ps, key=len, reverse=True)), name, m)
                    for name, (ps, m) in found.items()), key=lambda t: order.get(t[1], 0))
 

@@ -338,6 +338,10 @@ class Workers:
                  "after_down": restarts.AFTER_DOWN, "restarts": restarts.count(w.restarts, now, self.max_restarts),
                  "exits": [e.line() for e in w.exits]} for w in self.workers]
 
+    def restarted(self) -> list[int]:
+        """The ranks whose kernel was started again, and runs (their namespace is new)."""
+        return [w.rank for w in self.workers if w.restarts and w.down is None]
+
     def pids(self) -> list[int]:
         return [w.pid for w in self.workers if w.pid is not None]
 

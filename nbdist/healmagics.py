@@ -1,0 +1,79 @@
+"""The magics of a world that heals: the workers this notebook started (``%dist_workers``), and what brings back
+the state of a rank whose kernel was started again (``%dist_sync``). Thin, as :mod:`nbdist.magics`: parse, call,
+display."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, magics_class
+from IPython.core.magic_arguments import parse_argstring
+from IPython.display import display
+
+from . import config
+from .errors import ConfigError
+from .heal import sync
+from .magicflags import argument, line_magic, magic_arguments
+from .magics import DistMagics
+from .session import Session
+from .view.display import workers_table
+
+NAME = "HealMagics"
+
+
+@magics_class
+class HealMagics(Magics):
+    """nbdist's magics for its workers and restarted ranks, on :class:`DistMagics`' session."""
+
+    def __init__(self, shell: Any, dist: DistMagics) -> None:
+        super().__init__(shell)
+        self.dist = dist  # the session, and the %%collective a sync runs as
+
+    @property
+    def session(self) -> Session:
+        return self.dist.session
+
+    @line_magic
+    def dist_workers(self, line: str) -> None:
+        """Show the followers this notebook started (%dist_init --spawn): rank, pid, state, device, last lines;
+        for local workers also their restarts (n of --max-restarts within the window) and how each kernel ended.
+
+        For --slurm: the job's id and state, and each rank's node.
+        """
+        workers = self.session.workers
+        if workers is None:
+            print("nbdist: this notebook started no workers (%dist_init --spawn N [--slurm OPTIONS] starts them)")
+            return
+        rows = workers.rows()
+        ranks = self.session.world.registrations() if self.session.world is not None else []
+        title = getattr(workers, "title", lambda: f"nbdist workers · {len(rows)} kernel(s) started by this notebook")
+        display(workers_table(title(), rows, ranks, lambda: {r["rank"]: r["alive"] for r in self.session.status()}))
+
+    @magic_arguments()
+    @argument("names", nargs="+", metavar="NAME", help="what to copy: tensors, modules and optimizers (their state, "
+                                                        "into the receiving rank's own), picklable values")
+    @argument("--from", dest="source", metavar="RANK", help="the rank to copy from (default: the lowest that keeps it)")
+    @argument("--to", metavar="RANKS", help="the ranks to copy to, e.g. 1,3 (default: the workers started again since "
+                                            "they died, else the ranks that lack the name)")
+    @argument("--timeout", default=config.TIMEOUTS["barrier"],
+              help=f"seconds each barrier waits for the other ranks (default {config.TIMEOUTS['barrier']:g})")
+    @line_magic
+    def dist_sync(self, line: str) -> None:
+        """Copy what a surviving rank holds under NAME... to a rank that lost it (its kernel was started again).
+
+        Runs as one %%collective on every rank: tensors (and a module's state) go through torch.distributed, an
+        optimizer's state and plain values pickled over the process group, never the store. A name whose value
+        differs between the ranks that keep it is rank-specific state, and is not copied; nor is a value that does
+        not pickle, nor a module or optimizer the receiving rank has none of (%dist_replay makes it again). Each
+        rank's column says what it sent, received or why not. In peer notebooks, run it in every notebook.
+        """
+        args = parse_argstring(self.dist_sync, line)
+        world = self.session.require_world("%dist_sync")
+        restarted: list[int] = getattr(self.session.workers, "restarted", lambda: [])()
+        try:
+            body = sync.command(args.names, args.source, args.to, world.world_size, restarted)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+        self.dist.collective(f"--timeout {args.timeout}", body)
+
