@@ -214,6 +214,8 @@ class Session:
         if world.replaced is None:
             world.gen = world.generations.stored()
             self.rebuild_process_group("join")
+        elif world.replaced.session != self.id:  # it took over another kernel's slot: its first cell says so
+            self.cell_turn.first_note = cells.new_namespace(world, world.replaced, spawned())
         self._answer_where()
         world.notes.write("joined")
         return world.registrations()
@@ -362,12 +364,14 @@ class Session:
             answering = (self.aids.breakpoints.answering(world, keys.step(self.turn.step))  # followers' breakpoints
                          if align is None and self.drive.holding and self.turn.step is not None
                          else contextlib.nullcontext())
+            note, self.cell_turn.first_note = self.cell_turn.first_note, None
             with answering:
                 return cells.run(world, self.shell, source, flags, self.watch_client, self.hooks.params,
                                  activate=self._activate,
                                  rebuild=lambda n: self.rebuild_process_group(f"t{n}", n),
                                  turn=self.turn, state=self.group_state(world, gen), stopper=self.stopper,
-                                 driver=driver, draw_live=self.process == "kernel", run_body=self.run_body,
+                                 driver=driver, draw_live=self.process == "kernel",
+                                 run_body=self.run_body if note is None else cells.noted(self.run_body, note),
                                  keep=self.kept.body_ended, aids=self.aids, shows_table=shows_table)
         except StoreConnectionError as exc:
             marker = world.client.marker

@@ -94,6 +94,7 @@ def test_a_worker_killed_while_idle_is_started_again_and_the_world_goes_on_with_
     text = r.text()
     assert "sum 2.0 kept 7" in text, text  # both ranks met in the collective; rank 0's variable is intact
     assert "name 'kept' is not defined" in text, text
+    assert f"this kernel took over rank 1's slot from pid {pid}" in text and "its namespace is new" in text, text
     r = driver.execute("%%collective\nt = torch.ones(1)\ndist.all_reduce(t)\nprint('again', t.item())", timeout=60)
     assert r.status == "ok" and r.text().count("again 2.0") >= 1, (r.error, r.text())
     shown = driver.execute("%dist_workers", timeout=30).text()

@@ -51,7 +51,7 @@ from ..world import keys
 from ..world import verdict as verdicts
 from ..world.capture_record import Capture, Raised
 from ..world.gather import Gathering
-from ..world.records import Arrival, CellStart, Failure
+from ..world.records import Arrival, CellStart, Failure, Registration
 from ..world.store import StoreClient
 from ..world.verdict import Verdict
 from ..world.world import World, step_name
@@ -269,6 +269,24 @@ def watched_body(b: Body) -> Ran:
                 b.stopper.disarm()
             b.activate(None)
     return cap, watch.reason, watch.interrupted
+
+
+def new_namespace(world: World, replaced: Registration, spawned: bool) -> str:
+    """What the first cell of a kernel that took over another's slot says: its namespace is new, the others' not."""
+    back = ("%dist_replay in the driving notebook runs the earlier cells that called no collective here again; "
+            if spawned else "")
+    return (f"nbdist: this kernel took over rank {world.rank}'s slot from pid {replaced.pid} on {replaced.host}, "
+            f"which is gone: its namespace is new, and the other ranks kept theirs. {back}%dist_sync NAME... copies "
+            "what a surviving rank holds")
+
+
+def noted(run_body: Callable[[Body], Ran], note: str) -> Callable[[Body], Ran]:
+    """``run_body``, its capture opening with ``note``."""
+    def body(b: Body) -> Ran:
+        cap, reason, interrupted = run_body(b)
+        return replace(cap, outputs=[{"kind": "note", "text": note}, *cap.outputs]), reason, interrupted
+
+    return body
 
 
 def run(world: World, shell: Any, source: str, flags: Flags, watch_client: StoreClient,

@@ -43,6 +43,7 @@ class KernelTurn:
         self.prestart = prestart.Window(self.stops)  # the stop button just before or after a cell (installed at load)
         self.view: str | None = None  # %dist_config view=: how this notebook draws tables (None: by the ranks)
         self.run_body = cells.watched_body  # how a %%collective's body runs (the interleaving explorer's has none)
+        self.first_note: str | None = None  # what this rank's next %%collective says first (cells.new_namespace)
 
     # --- in a world ----------------------------------------------------------
     def join(self, pg_timeout: float) -> None:
