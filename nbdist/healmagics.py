@@ -77,3 +77,15 @@ class HealMagics(Magics):
             raise UsageError(str(exc)) from None
         self.dist.collective(f"--timeout {args.timeout}", body)
 
+
+
+CLASSES = (DistMagics, HealMagics)  # every class of nbdist's magics, as %load_ext registers them
+
+
+def magic_function(kind: str, name: str) -> Any:
+    """The function of nbdist's ``kind`` ("line" or "cell") magic ``name``, or None."""
+    for cls in CLASSES:
+        method = cls.magics[kind].get(name)
+        if method is not None:
+            return getattr(cls, method)
+    return None

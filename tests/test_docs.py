@@ -14,7 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import parse_argstring
 
 from nbdist.drive import kernels
-from nbdist.magics import DistMagics
+from nbdist.healmagics import magic_function
 
 from .conftest import REAPER
 
@@ -28,12 +28,11 @@ _spec.loader.exec_module(reference)
 # What a kernel registers once the extension is loaded: each nbdist magic (by its class), and its parser's flags.
 _REGISTERED = """
 import json
-from nbdist.healmagics import HealMagics
-from nbdist.magics import DistMagics
+from nbdist.healmagics import CLASSES
 found = {}
 for kind, table in get_ipython().magics_manager.magics.items():
     for name, fn in table.items():
-        if isinstance(getattr(fn, "__self__", None), (DistMagics, HealMagics)):
+        if isinstance(getattr(fn, "__self__", None), CLASSES):
             parser = getattr(fn, "parser", None)
             flags = sorted(o for a in (parser._actions if parser else []) for o in a.option_strings)
             found.setdefault(name, {"kinds": [], "flags": flags})["kinds"].append(kind)
@@ -125,11 +124,10 @@ def test_every_nbdist_magic_the_coming_from_page_offers_parses_with_its_flags():
     problems = []
     for line in offered:
         prefix, name, rest = re.fullmatch(r"(%%?)(\w+)\s*(.*)", line).groups()
-        method = DistMagics.magics["cell" if prefix == "%%" else "line"].get(name)
-        if method is None:
+        function = magic_function("cell" if prefix == "%%" else "line", name)
+        if function is None:
             problems.append(f"{line}: nbdist has no {prefix}{name}")
             continue
-        function = getattr(DistMagics, method)
         if rest and getattr(function, "parser", None) is not None:
             try:
                 parse_argstring(function, rest)

@@ -72,12 +72,11 @@ def flag_rows(parser: argparse.ArgumentParser) -> list[str]:
 
 def magics() -> list[tuple[str, str, Any]]:
     """(prefixes, name, method) of every magic nbdist registers, in the order the class defines them."""
-    from nbdist.healmagics import HealMagics
-    from nbdist.magics import DistMagics
+    from nbdist.healmagics import CLASSES
 
     found: dict[str, tuple[list[str], Any]] = {}
     order: dict[str, int] = {}
-    for k, cls in enumerate((DistMagics, HealMagics)):
+    for k, cls in enumerate(CLASSES):
         for kind, prefix in (("line", "%"), ("cell", "%%")):
             for name, method in cls.magics[kind].items():
                 found.setdefault(name, ([], getattr(cls, method)))[0].append(prefix)
