@@ -12,14 +12,14 @@ from IPython.core.magic_arguments import parse_argstring
 from IPython.display import display
 
 from . import config, magicflags
-from .backend import backends, doctor, envplan
+from .backend import doctor, envplan, setup
 from .cell import cellerror, cells, outcome_view
 from .drive import follow, restarts, spawn
 from .errors import ConfigError, NbdistError
 from .magicflags import argument, cell_magic, line_cell_magic, line_magic, magic_arguments
 from .session import Session
 from .view import notes
-from .view.display import Cell, JoinStatus, Message, SideBySide, Source, summary_table, workers_table
+from .view.display import JoinStatus, Message, Source, status_table, summary_table, workers_table
 
 _NAME = "DistMagics"
 VIEWS = ("ranks", "groups")  # how a cell's table is drawn (%%collective --view, %dist_config view=)
@@ -203,13 +203,7 @@ class DistMagics(Magics):
         shows where every rank was, as %dist_where does.
         """
         args = parse_argstring(self.collective, line)
-        flags = cells.Flags(magicflags.seconds("--timeout", args.timeout), check=not args.no_check,
-                            same_code=not args.allow_different,
-                            max_time=None if args.max_time is None else magicflags.seconds("--max-time", args.max_time),
-                            live=not args.no_live, trace=args.trace,
-                            ranks=cells.rank_set(args.ranks, getattr(self.session.world, "world_size", None)),
-                            view=args.view,
-                            show=cells.rank_set(args.show, getattr(self.session.world, "world_size", None), "--show"))
+        flags = magicflags.cell_flags(args, getattr(self.session.world, "world_size", None))
         world = self.session.world
         try:
             outcome = self.session.collective(cell, flags)
@@ -272,21 +266,9 @@ class DistMagics(Magics):
         In a joined world it shows that world's plan, with the --env and --debug flags its %%dist_init had.
         """
         args = parse_argstring(self.dist_env, line)
-        cfg = self.session.config
         try:
-            master = args.master_addr or (cfg.master_addr if cfg else None)
-            if master is None:
-                raise ConfigError("pass --master-addr (or run %%dist_init first)")
-            port = args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT)
-            backend = args.backend or (self.session.choice.backend if self.session.choice else "auto")
-            # Inside a world, its own --env and --debug count, as at %%dist_init; flags given here replace them.
-            env = envplan.parse_overrides(args.env) if args.env else (dict(cfg.env) if cfg else {})
-            debug = args.debug if args.debug is not None else (cfg.debug if cfg else "")
-            planned = config.validate(rank=0, world_size=1, master_addr=master, master_port=port, backend=backend,
-                                      env=env, debug=debug)
-            if planned.backend == "auto":
-                backend = backends.choose("auto", None, 0).backend
-            print(envplan.as_shell(self.session.plan_for(planned, backend)))
+            print(setup.plan_shown(self.session.backend, self.session.world is not None, args.master_addr,
+                                   args.master_port, args.backend, args.env, args.debug))
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
 
@@ -303,17 +285,13 @@ class DistMagics(Magics):
         In a joined world the server is checked with the world's own token.
         """
         args = parse_argstring(self.dist_doctor, line)
-        cfg = self.session.config
-        master = args.master_addr or (cfg.master_addr if cfg else None)
-        if master is None:
-            raise UsageError("pass --master-addr (or run %%dist_init first)")
-        port = magicflags.port(args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT))
-        backend = args.backend or (self.session.choice.backend if self.session.choice else "auto")
         ranks = self.session.world.registrations() if self.session.world else None
-        token, source = args.token, "--token"
-        if not token and cfg is not None and cfg.token:
-            token, source = cfg.token, f"this world's, from {cfg.sources.get('token', '%%dist_init')}"
-        print(doctor.report(doctor.run(master, port, backend, ranks, token=token, token_source=source)))
+        try:
+            checks = doctor.for_world(self.session.config, self.session.choice, ranks, args.master_addr,
+                                      args.master_port, args.backend, args.token)
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+        print(doctor.report(checks))
 
     @line_magic
     def dist_status(self, line: str) -> None:
@@ -321,14 +299,7 @@ class DistMagics(Magics):
         rows = self.session.status()
         world = self.session.world
         assert world is not None  # status() required it
-        table = SideBySide(f"nbdist status · round {world.round}",
-                           [f"rank {r['rank']}" for r in rows], compare=False)
-        table.add("state", [Cell("left" if r["left"] else "joined") for r in rows])
-        table.add("alive", [Cell(notes.alive(r)) for r in rows])
-        table.add("last cell", [Cell(notes.last_cell(r)) for r in rows])
-        for label in ("backend", "device", "host", "pid"):
-            table.add(label, [Cell(str(r.get(label, ""))) for r in rows])
-        display(table)
+        display(status_table(f"nbdist status · round {world.round}", rows))
 
     @magic_arguments()
     @argument("state", nargs="?", choices=("on", "off"),

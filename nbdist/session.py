@@ -253,10 +253,6 @@ class Session:
         ns.update(RANK=self.config.rank, WORLD_SIZE=self.config.world_size, LOCAL_RANK=self.local_rank,
                   DEVICE=self.device)
 
-    def plan_for(self, cfg: WorldConfig, backend: str) -> list[envplan.EnvVar]:
-        """The environment plan for ``backend`` on this host (:func:`nbdist.backend.setup.plan_for`)."""
-        return setup.plan_for(self.backend, cfg, backend, joined=self.world is not None)
-
     def environ_for_config(self) -> dict[str, str]:
         """The environment as the user set it: values nbdist itself set are left out."""
         return self.backend.environ_for_config()

@@ -194,6 +194,17 @@ def summary_table(title: str, ranks: list[dict[str, Any]], footer: str = "") -> 
     return table
 
 
+def status_table(title: str, rows: list[dict[str, Any]]) -> SideBySide:
+    """%dist_status: a column per rank (``rows``: :meth:`nbdist.session.Session.status`'s)."""
+    table = SideBySide(title, [f"rank {r['rank']}" for r in rows], compare=False)
+    table.add("state", [Cell("left" if r["left"] else "joined") for r in rows])
+    table.add("alive", [Cell(notes.alive(r)) for r in rows])
+    table.add("last cell", [Cell(notes.last_cell(r)) for r in rows])
+    for label in ("backend", "device", "host", "pid"):
+        table.add(label, [Cell(str(r.get(label, ""))) for r in rows])
+    return table
+
+
 def workers_table(title: str, rows: list[dict[str, Any]], ranks: list[dict[str, Any]],
                   alive: Callable[[], dict[int, bool]]) -> SideBySide:
     """%dist_workers: a column per worker (``rows``: what the workers say of themselves; ``ranks``: the world's
