@@ -16,6 +16,7 @@ from .backend import doctor, envplan, setup
 from .cell import cellerror, cells, outcome_view
 from .drive import follow, restarts, spawn
 from .errors import ConfigError, NbdistError
+from .heal import replay
 from .magicflags import argument, cell_magic, line_cell_magic, line_magic, magic_arguments
 from .session import Session
 from .view import notes
@@ -203,7 +204,10 @@ class DistMagics(Magics):
         shows where every rank was, as %dist_where does.
         """
         args = parse_argstring(self.collective, line)
-        flags = magicflags.cell_flags(args, getattr(self.session.world, "world_size", None))
+        self._run(cell, magicflags.cell_flags(args, getattr(self.session.world, "world_size", None)))
+
+    def _run(self, cell: str, flags: cells.Flags, kept: bool = True) -> None:
+        """Run a step of ``cell``, show its table, raise its error; ``kept``: the world's history keeps the cell."""
         world = self.session.world
         try:
             outcome = self.session.collective(cell, flags)
@@ -211,8 +215,12 @@ class DistMagics(Magics):
             partial = cells.partial_of(exc)
             if partial is not None and world is not None:
                 self._show(partial)
+                if kept and world is self.session.world:
+                    self.session.history.ended(cell, flags.ranks, partial, cut=True)
             raise
         self._show(outcome)
+        if kept:
+            self.session.history.ended(cell, flags.ranks, outcome)
         world = self.session.world
         assert world is not None  # collective() required it
         error = cellerror.error_for(world, outcome)
@@ -498,6 +506,34 @@ class DistMagics(Magics):
         ranks = self.session.world.registrations() if self.session.world is not None else []
         title = getattr(workers, "title", lambda: f"nbdist workers · {len(rows)} kernel(s) started by this notebook")
         display(workers_table(title(), rows, ranks, lambda: {r["rank"]: r["alive"] for r in self.session.status()}))
+
+    @magic_arguments()
+    @argument("--ranks", metavar="RANKS", help="the ranks to replay on, e.g. 1,3 (default: the workers whose kernel "
+                                               "was restarted since their last replay)")
+    @line_magic
+    def dist_replay(self, line: str) -> None:
+        """Run again, on a restarted rank alone, this world's earlier %%collective cells that called no collective.
+
+        A worker whose kernel died and was started again has a new namespace: this runs the cells that defined it
+        again there (imports, model and data set-up), in order, as one %%collective --ranks step, and stops at the
+        first that raises. It names the cells it leaves: those in which any rank called a collective (%dist_sync
+        NAME... --from RANK copies such state from a survivor), those that failed, and --ranks cells that did not
+        run on that rank. Runs in the driving notebook (one that spawned workers or drives followers).
+        """
+        args = parse_argstring(self.dist_replay, line)
+        world = self.session.require_world("%dist_replay")
+        if not self.session.driving.drives():
+            raise UsageError("%dist_replay runs in the driving notebook for now; in a peer notebook, its person "
+                             "runs its own cells again")
+        try:
+            plan = replay.prepare(self.session.history, args.ranks, world.world_size, world.rank,
+                                  self.session.driving.restarts())
+        except ConfigError as exc:
+            raise UsageError(f"%dist_replay {exc}") from None
+        print("\n".join(plan.said))
+        if plan.ranks:
+            self._run(plan.body, cells.Flags(config.TIMEOUTS["barrier"], ranks=plan.ranks), kept=False)
+        self.session.history.answered(plan.answers)
 
     dashboard: Any = None  # the %dist_dashboard running in this kernel (nbdist.measure.dashboard.Dashboard), if any
 

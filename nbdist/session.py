@@ -42,6 +42,7 @@ from .drive.driving import KernelDrive
 from .drive.slurm import SlurmJob
 from .drive.workers import Workers
 from .errors import JoinError, StoreConnectionError
+from .heal.history import History
 from .world import keys, link, netinfo, signing
 from .world.heartbeat import Heartbeat
 from .world.link import StoreLink
@@ -143,6 +144,7 @@ class Session:
         # What building the process group needs: the session's parts, not the session (nbdist.cell.rebuild).
         self.group = rebuild.Parts(self.link, self.backend, self.cell_turn.hooks, self.cell_turn.turn)
         self.kept = postmortem.Kept()  # this rank's last failed %%collective body, for %dist_pdb
+        self.history = History()  # this notebook's %%collective cells in its world, for %dist_replay
         self.aids = aids.Aids(self.secret, lambda: self.pg_timeout)  # breakpoints, where a hung cell's ranks were
 
     # --- joining ------------------------------------------------------------
@@ -432,6 +434,7 @@ class Session:
             self.link.leave_world()
         self.cell_turn.forget_group()
         self.kept.clear()
+        self.history.clear()
         self.backend.leave()
         self.link.disconnect()
         self.backend.forget_device()
