@@ -114,6 +114,10 @@ class WorkerError(NbdistError, RuntimeError):
     """A local worker kernel (%dist_init --spawn) could not start or join."""
 
 
+class ReplayError(NbdistError, RuntimeError):
+    """A cell that %dist_replay ran again on a restarted rank raised there; the cells after it were not run."""
+
+
 class StopRequest(KeyboardInterrupt):
     """Base of the stops nbdist raises inside a running body: like the stop button, user code's
     ``except Exception`` does not catch them. Shown as their one-line message."""

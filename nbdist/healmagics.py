@@ -1,6 +1,6 @@
 """The magics of a world that heals: the workers this notebook started (``%dist_workers``), and what brings back
-the state of a rank whose kernel was started again (``%dist_sync``). Thin, as :mod:`nbdist.magics`: parse, call,
-display."""
+the state of a rank whose kernel was started again (``%dist_replay``, ``%dist_sync``). Thin, as
+:mod:`nbdist.magics`: parse, call, display."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from IPython.core.magic_arguments import parse_argstring
 from IPython.display import display
 
 from . import config
+from .cell import cells
 from .errors import ConfigError
-from .heal import sync
+from .heal import replay, sync
 from .magicflags import argument, line_magic, magic_arguments
 from .magics import DistMagics
 from .session import Session
@@ -78,6 +79,33 @@ class HealMagics(Magics):
         self.dist.collective(f"--timeout {args.timeout}", body)
 
 
+    @magic_arguments()
+    @argument("--ranks", metavar="RANKS", help="the ranks to replay on, e.g. 1,3 (default: the workers whose kernel "
+                                               "was restarted since their last replay)")
+    @line_magic
+    def dist_replay(self, line: str) -> None:
+        """Run again, on a restarted rank alone, this world's earlier %%collective cells that called no collective.
+
+        A worker whose kernel died and was started again has a new namespace: this runs the cells that defined it
+        again there (imports, model and data set-up), in order, as one %%collective --ranks step, and stops at the
+        first that raises. It names the cells it leaves: those in which any rank called a collective (%dist_sync
+        NAME... --from RANK copies such state from a survivor), those that failed, and --ranks cells that did not
+        run on that rank. Runs in the driving notebook (one that spawned workers or drives followers).
+        """
+        args = parse_argstring(self.dist_replay, line)
+        world = self.session.require_world("%dist_replay")
+        if not self.session.driving.drives():
+            raise UsageError("%dist_replay runs in the driving notebook for now; in a peer notebook, its person "
+                             "runs its own cells again")
+        try:
+            plan = replay.prepare(self.session.history, args.ranks, world.world_size, world.rank,
+                                  self.session.driving.restarts())
+        except ConfigError as exc:
+            raise UsageError(f"%dist_replay {exc}") from None
+        print("\n".join(plan.said))
+        if plan.ranks:
+            self.dist._run(plan.body, cells.Flags(config.TIMEOUTS["barrier"], ranks=plan.ranks), kept=False)
+        self.session.history.answered(plan.answers)
 
 CLASSES = (DistMagics, HealMagics)  # every class of nbdist's magics, as %load_ext registers them
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from IPython.core.error import UsageError
 
 from . import config
+from .cell import cells
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -28,15 +29,7 @@ else:
     from IPython.core.magic import cell_magic, line_cell_magic, line_magic
     from IPython.core.magic_arguments import argument, magic_arguments
 
-__all__ = ["argument", "cell_magic", "line_cell_magic", "line_magic", "magic_arguments", "port", "seconds"]
-
-
-def port(value: Any) -> int:
-    """A port flag's value, checked."""
-    try:
-        return config.validate(rank=0, world_size=1, master_addr="x", master_port=value).master_port
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+__all__ = ["argument", "cell_flags", "cell_magic", "line_cell_magic", "line_magic", "magic_arguments", "seconds"]
 
 
 def seconds(name: str, value: Any) -> float:
@@ -45,3 +38,12 @@ def seconds(name: str, value: Any) -> float:
         return config.positive_seconds(name, value)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+
+
+def cell_flags(args: Any, world_size: int | None) -> cells.Flags:
+    """A ``%%collective`` line's flags, checked (``world_size``: the world's, for --ranks and --show; None: none
+    joined)."""
+    return cells.Flags(seconds("--timeout", args.timeout), check=not args.no_check, same_code=not args.allow_different,
+                       max_time=None if args.max_time is None else seconds("--max-time", args.max_time),
+                       live=not args.no_live, trace=args.trace, ranks=cells.rank_set(args.ranks, world_size),
+                       view=args.view, show=cells.rank_set(args.show, world_size, "--show"))

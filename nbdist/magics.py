@@ -13,7 +13,7 @@ from IPython.core.magic_arguments import parse_argstring
 from IPython.display import display
 
 from . import config, magicflags
-from .backend import backends, doctor, envplan
+from .backend import doctor, envplan, setup
 from .cell import cellerror, cells, outcome_view
 from .drive import follow, restarts, spawn
 from .errors import ConfigError, NbdistError
@@ -196,13 +196,10 @@ class DistMagics(Magics):
         shows where every rank was, as %dist_where does.
         """
         args = parse_argstring(self.collective, line)
-        flags = cells.Flags(magicflags.seconds("--timeout", args.timeout), check=not args.no_check,
-                            same_code=not args.allow_different,
-                            max_time=None if args.max_time is None else magicflags.seconds("--max-time", args.max_time),
-                            live=not args.no_live, trace=args.trace,
-                            ranks=cells.rank_set(args.ranks, getattr(self.session.world, "world_size", None)),
-                            view=args.view,
-                            show=cells.rank_set(args.show, getattr(self.session.world, "world_size", None), "--show"))
+        self._run(cell, magicflags.cell_flags(args, getattr(self.session.world, "world_size", None)))
+
+    def _run(self, cell: str, flags: cells.Flags, kept: bool = True) -> None:
+        """Run a step of ``cell``, show its table, raise its error; ``kept``: the world's history keeps the cell."""
         world = self.session.world
         try:
             outcome = self.session.collective(cell, flags)
@@ -210,8 +207,12 @@ class DistMagics(Magics):
             partial = cells.partial_of(exc)
             if partial is not None and world is not None:
                 self._show(partial)
+                if kept and world is self.session.world:
+                    self.session.history.ended(cell, flags.ranks, partial, cut=True)
             raise
         self._show(outcome)
+        if kept:
+            self.session.history.ended(cell, flags.ranks, outcome)
         world = self.session.world
         assert world is not None  # collective() required it
         error = cellerror.error_for(world, outcome)
@@ -265,17 +266,9 @@ class DistMagics(Magics):
         In a joined world it shows that world's plan, with the --env and --debug flags its %%dist_init had.
         """
         args = parse_argstring(self.dist_env, line)
-        cfg = self.session.config
         try:
-            master, port, backend = self._target(args)
-            # Inside a world, its own --env and --debug count, as at %%dist_init; flags given here replace them.
-            env = envplan.parse_overrides(args.env) if args.env else (dict(cfg.env) if cfg else {})
-            debug = args.debug if args.debug is not None else (cfg.debug if cfg else "")
-            planned = config.validate(rank=0, world_size=1, master_addr=master, master_port=port, backend=backend,
-                                      env=env, debug=debug)
-            if planned.backend == "auto":
-                backend = backends.choose("auto", None, 0).backend
-            print(envplan.as_shell(self.session.plan_for(planned, backend)))
+            print(setup.plan_shown(self.session.backend, self.session.world is not None, args.master_addr,
+                                   args.master_port, args.backend, args.env, args.debug))
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
 
@@ -292,26 +285,13 @@ class DistMagics(Magics):
         In a joined world the server is checked with the world's own token.
         """
         args = parse_argstring(self.dist_doctor, line)
-        cfg = self.session.config
+        ranks = self.session.world.registrations() if self.session.world else None
         try:
-            master, port, backend = self._target(args)
+            checks = doctor.for_world(self.session.config, self.session.choice, ranks, args.master_addr,
+                                      args.master_port, args.backend, args.token)
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
-        port = magicflags.port(port)
-        ranks = self.session.world.registrations() if self.session.world else None
-        token, source = args.token, "--token"
-        if not token and cfg is not None and cfg.token:
-            token, source = cfg.token, f"this world's, from {cfg.sources.get('token', '%%dist_init')}"
-        print(doctor.report(doctor.run(master, port, backend, ranks, token=token, token_source=source)))
-
-    def _target(self, args: Any) -> tuple[str, Any, str]:
-        """The master, port and backend a check is about: the flags', else this world's (else port 29500, "auto")."""
-        cfg = self.session.config
-        master = args.master_addr or (cfg.master_addr if cfg else None)
-        if master is None:
-            raise ConfigError("pass --master-addr (or run %%dist_init first)")
-        return (master, args.master_port or (cfg.master_port if cfg else config.DEFAULT_PORT),
-                args.backend or (self.session.choice.backend if self.session.choice else "auto"))
+        print(doctor.report(checks))
 
     @line_magic
     def dist_status(self, line: str) -> None:

@@ -42,6 +42,7 @@ from .drive.driving import KernelDrive
 from .drive.slurm import SlurmJob
 from .drive.workers import Workers
 from .errors import JoinError, StoreConnectionError
+from .heal.history import History
 from .world import keys, link, netinfo, signing
 from .world.heartbeat import Heartbeat
 from .world.link import StoreLink
@@ -143,6 +144,7 @@ class Session:
         # What building the process group needs: the session's parts, not the session (nbdist.cell.rebuild).
         self.group = rebuild.Parts(self.link, self.backend, self.cell_turn.hooks, self.cell_turn.turn)
         self.kept = postmortem.Kept()  # this rank's last failed %%collective body, for %dist_pdb
+        self.history = History()  # this notebook's %%collective cells in its world, for %dist_replay
         self.aids = aids.Aids(self.secret, lambda: self.pg_timeout)  # breakpoints, where a hung cell's ranks were
 
     # --- joining ------------------------------------------------------------
@@ -254,10 +256,6 @@ class Session:
         ns.setdefault("dist", dist)
         ns.update(RANK=self.config.rank, WORLD_SIZE=self.config.world_size, LOCAL_RANK=self.local_rank,
                   DEVICE=self.device)
-
-    def plan_for(self, cfg: WorldConfig, backend: str) -> list[envplan.EnvVar]:
-        """The environment plan for ``backend`` on this host (:func:`nbdist.backend.setup.plan_for`)."""
-        return setup.plan_for(self.backend, cfg, backend, joined=self.world is not None)
 
     def environ_for_config(self) -> dict[str, str]:
         """The environment as the user set it: values nbdist itself set are left out."""
@@ -440,6 +438,7 @@ class Session:
             self.link.leave_world()
         self.cell_turn.forget_group()
         self.kept.clear()
+        self.history.clear()
         self.backend.leave()
         self.link.disconnect()
         self.backend.forget_device()

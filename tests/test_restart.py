@@ -135,3 +135,33 @@ def test_with_max_restarts_0_a_killed_worker_is_left_down_and_dist_workers_says_
     assert "left down: restarts are off (--max-restarts 0)" in shown and "SIGKILL" in shown, shown
     assert f"pid: {pid}" in shown and "%dist_init --spawn N again" in shown and "node:" not in shown, shown
     assert driver.execute("%dist_destroy", timeout=60).status == "ok"
+
+
+def test_dist_replay_runs_again_on_the_restarted_worker_the_cells_that_called_no_collective(driver):
+    """Issue 47, item 3: the restarted rank gets back what the earlier cells without a collective defined, and is
+    told which cell it could not get back (the one with an all_reduce)."""
+    r = driver.execute(f"%dist_init --spawn 2 --master-port {free_port()}", timeout=180)
+    assert r.status == "ok", r.error
+    for cell in ("import math\nbase = 41", "t = torch.ones(1)\ndist.all_reduce(t)", "double = base * 2"):
+        r = driver.execute(f"%%collective\n{cell}\n", timeout=60)
+        assert r.status == "ok", r.error
+    ((_, pid, _, _),) = wait_for(driver, "the worker joins", lambda s: s[0][2])
+    said = driver.execute("%dist_replay", timeout=30).text()
+    assert "no worker's kernel was restarted" in said, said
+    r = driver.execute("%dist_replay --ranks 0-", timeout=30)
+    assert r.status == "error" and r.error["ename"] == "UsageError" and "\n" not in r.error["evalue"], r.error
+    os.kill(pid, signal.SIGKILL)
+    wait_for(driver, "the worker is started again and joins",
+             lambda s: s[0][1] not in (None, pid) and s[0][2] and s[0][3] is None)
+    deadline = time.monotonic() + 120
+    while (r := driver.execute("%dist_replay", timeout=120)).status != "ok":
+        assert "rank 1" in r.error["evalue"] and time.monotonic() < deadline, r.error  # not following yet
+        time.sleep(1.0)
+    text = r.text()
+    assert "not replayed on rank 1: 1 cell with collectives: #" in text and "(t = torch.ones(1) …)" in text, text
+    assert "%dist_sync NAME... --from 0" in text and "replayed 2 cells" in text, text
+    r = driver.execute("%%collective\nprint(base, double)\n", timeout=60)
+    assert r.status == "ok" and "41 82" in r.text() and "NameError" not in r.text(), (r.error, r.text())
+    said = driver.execute("%dist_replay", timeout=30).text()
+    assert "no worker's kernel was restarted" in said, said  # it was answered
+    assert driver.execute("%dist_destroy", timeout=60).status == "ok"

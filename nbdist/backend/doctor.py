@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import env_settings
-from ..errors import NbdistError, NotNbdistServerError, TokenError
+from ..config import DEFAULT_PORT, WorldConfig, env_settings, validate
+from ..errors import ConfigError, NbdistError, NotNbdistServerError, TokenError
 from ..world import netinfo
 from ..world.store import connect, probe, run_in_thread
 from . import hcclports
@@ -296,6 +296,23 @@ def run(
         checks += _version_checks(ranks)
     checks += _suspicious(master_addr, environ, ranks)
     return checks
+
+
+def for_world(cfg: WorldConfig | None, choice: Any, ranks: Sequence[Mapping[str, Any]] | None,
+              master_addr: str | None, master_port: str | None, backend: str | None, token: str | None) -> list[Check]:
+    """%dist_doctor: :func:`run`, each flag left None taken from the world this kernel joined (``cfg``, ``choice``:
+    its backend; ``ranks``: its registrations), whose server is checked with the world's own token. Raises
+    ConfigError (no master address, or a bad port)."""
+    master = master_addr or (cfg.master_addr if cfg else None)
+    if master is None:
+        raise ConfigError("pass --master-addr (or run %%dist_init first)")
+    port = validate(rank=0, world_size=1, master_addr="x",
+                    master_port=master_port or (cfg.master_port if cfg else DEFAULT_PORT)).master_port
+    backend = backend or (choice.backend if choice else "auto")
+    source = "--token"
+    if not token and cfg is not None and cfg.token:
+        token, source = cfg.token, f"this world's, from {cfg.sources.get('token', '%%dist_init')}"
+    return run(master, port, backend, ranks, token=token, token_source=source)
 
 
 def report(checks: Sequence[Check]) -> str:

@@ -14,7 +14,7 @@ import os
 import sys
 from dataclasses import replace
 
-from ..config import WorldConfig
+from ..config import DEFAULT_PORT, WorldConfig, validate
 from ..errors import ConfigError
 from ..world import keys, netinfo
 from ..world.world import World
@@ -47,6 +47,25 @@ def prepare(b: BackendState) -> None:
     values = {v.key: v.value for v in variables if v.value is not None and v.source == "nbdist"}
     b.environ.set(values)
     b.environ.early.update(values)
+
+
+def plan_shown(b: BackendState, joined: bool, master_addr: str | None, master_port: str | None,
+               backend: str | None, env: list[str] | None, debug: str | None) -> str:
+    """%dist_env: the plan for ``backend`` on this host as shell lines; a flag left None is this world's (in a joined
+    world its --env and --debug count, as at its %%dist_init; flags given replace them). Raises ConfigError."""
+    cfg = b.config
+    master = master_addr or (cfg.master_addr if cfg else None)
+    if master is None:
+        raise ConfigError("pass --master-addr (or run %%dist_init first)")
+    port = master_port or (cfg.master_port if cfg else DEFAULT_PORT)
+    backend = backend or (b.choice.backend if b.choice else "auto")
+    overrides = envplan.parse_overrides(env) if env else (dict(cfg.env) if cfg else {})
+    debug = debug if debug is not None else (cfg.debug if cfg else "")
+    planned = validate(rank=0, world_size=1, master_addr=master, master_port=port, backend=backend, env=overrides,
+                       debug=debug)
+    if planned.backend == "auto":
+        backend = backends.choose("auto", None, 0).backend
+    return envplan.as_shell(plan_for(b, planned, backend, joined))
 
 
 def plan_for(b: BackendState, cfg: WorldConfig, backend: str, joined: bool) -> list[envplan.EnvVar]:

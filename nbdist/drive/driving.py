@@ -38,6 +38,14 @@ class KernelDrive:
         self.process = "kernel"  # what runs this rank: a kernel, or "nbdist follow" (a process with no kernel)
         self.workers: Workers | SlurmJob | None = None  # the followers of %dist_init --spawn
 
+    def drives(self) -> bool:
+        """Whether this notebook drives: it spawned its followers, or holds the drive of its world."""
+        return self.workers is not None or self.drive.holding
+
+    def restarts(self) -> dict[int, list[float]]:
+        """When (``time.monotonic()``) each spawned local worker's kernel was started again, by rank."""
+        return {w.rank: list(w.restarts) for w in self.workers.workers} if isinstance(self.workers, Workers) else {}
+
     def follow(self, host: follow.FollowHost, world: World, session: str, secret: Callable[[], str],
                show: follow.Shows, stopper: Stopper) -> follow.Ended:
         """%dist_follow: run the driving notebook's cells until it releases or leaves; returns why it ended."""
