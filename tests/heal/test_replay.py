@@ -175,9 +175,11 @@ def test_a_magic_in_a_replayed_cell_is_transformed_as_ipython_would():
 
 
 def test_in_a_notebook_that_does_not_drive_the_magic_refuses_in_one_line(monkeypatch):
+    from nbdist.healmagics import HealMagics
     from nbdist.magics import DistMagics
 
-    magics = DistMagics(InteractiveShell.instance())
+    shell = InteractiveShell.instance()
+    magics = HealMagics(shell, DistMagics(shell))
     monkeypatch.setattr(magics.session, "require_world", lambda what: object())
     with pytest.raises(UsageError, match="runs in the driving notebook for now") as raised:
         magics.dist_replay("")
