@@ -254,8 +254,8 @@ def test_the_server_binds_to_the_master_address_only(start_kernels, port):
 
 
 @pytest.mark.timeout(180)
-def test_a_token_is_required_when_the_world_has_one(start_kernels, port):
-    ks = start_kernels(2)
+def test_a_token_is_required_when_the_world_has_one(reused_kernels, port):
+    ks = reused_kernels(2)
     t0, box0 = run_in_background(ks[0], init_line(0, 2, port, "--token s3cret"))
     time.sleep(3)
     # A short --timeout: a refused token is otherwise tried again for 15 s (rank 0 may be restarting its server).
