@@ -247,12 +247,51 @@ def start_kernels() -> Iterator[Callable[[int], list[kernels.Kernel]]]:
     REAPER.later(started)
 
 
+@pytest.fixture(scope="session")
+def kernel_pool() -> Iterator[SimpleNamespace]:
+    """Two kernels with nbdist loaded, kept for the session and lent to one test at a time by
+    :func:`reused_kernels` (apart from :func:`two_kernels`, which one module holds at a time); as
+    :func:`two_kernels`, empty until first asked for and after a test left one dead."""
+    pool = SimpleNamespace(kernels=[], loaded=[], ready=False)
+    yield pool
+    for k in reversed(pool.kernels):  # rank 0 hosts the server: stop it last
+        k.shutdown()
+
+
 @pytest.fixture
-def make_world(start_kernels, port) -> Callable[[int], list[kernels.Kernel]]:
-    """Factory: N kernels that have formed a world on a free port."""
+def reused_kernels(kernel_pool: SimpleNamespace, start_kernels) -> Iterator[Callable[[int], list[kernels.Kernel]]]:
+    """Factory as :func:`start_kernels`, but a test's first request for two kernels is met from the session's
+    :func:`kernel_pool`, as they were after ``%load_ext nbdist`` (no world, no server, a new session, the
+    namespace and environment put back). They have imported torch already, so the first world forms in a
+    fraction of a second instead of the four a new pair takes to start, load and import. After the test they
+    are put back the same way, or replaced where one died, still runs a cell, or will not be put back."""
+    lent = False
 
     def factory(n: int) -> list[kernels.Kernel]:
-        ks = start_kernels(n)
+        nonlocal lent
+        if n != 2 or lent:
+            return start_kernels(n)
+        lent = True
+        if not kernel_pool.ready:
+            _as_loaded(kernel_pool)
+        kernel_pool.ready = False
+        return kernel_pool.kernels
+
+    yield factory
+    if lent:
+        if any(t.is_alive() for t in _BACKGROUND):  # a cell still running: the kernel's client is in use
+            REAPER.later(kernel_pool.kernels)
+            kernel_pool.kernels, kernel_pool.loaded = [], []
+        _as_loaded(kernel_pool)
+        kernel_pool.ready = True
+
+
+@pytest.fixture
+def make_world(reused_kernels, port) -> Callable[[int], list[kernels.Kernel]]:
+    """Factory: N kernels that have formed a world on a free port (two of them lent by :func:`reused_kernels`)."""
+
+    def factory(n: int) -> list[kernels.Kernel]:
+        ks = reused_kernels(n)
         results = kernels.execute_all(ks, [init_line(i, n, port) for i in range(n)], timeout=120)
         for i, r in enumerate(results):
             assert r.status == "ok", f"rank {i}: {r.error}"
@@ -345,7 +384,11 @@ def run_in_background(kernel: kernels.Kernel, code: str, timeout: float = 120) -
 
     t = threading.Thread(target=target, daemon=True)  # never keeps pytest from exiting
     t.start()
+    _BACKGROUND[:] = [*(b for b in _BACKGROUND if b.is_alive()), t]
     return t, box
+
+
+_BACKGROUND: list[threading.Thread] = []  # cells run by :func:`run_in_background`, for :func:`reused_kernels`
 
 
 def pid_gone(pid: int) -> bool:

@@ -68,8 +68,8 @@ def test_the_summary_says_which_backend_and_why_and_what_was_set(kernel, port):
 
 
 @pytest.mark.timeout(120)
-def test_values_that_must_agree_are_compared_at_join(start_kernels, port):
-    ks = start_kernels(2)
+def test_values_that_must_agree_are_compared_at_join(reused_kernels, port):
+    ks = reused_kernels(2)
     codes = [init_line(0, 2, port, "--env HCCL_BUFFSIZE=200"), init_line(1, 2, port, "--env HCCL_BUFFSIZE=400")]
     results = kernels.execute_all(ks, codes, timeout=60)
     for r in results:

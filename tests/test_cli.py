@@ -38,10 +38,10 @@ def served(port):
 
 
 @pytest.mark.timeout(120)
-def test_a_standalone_server_hosts_the_world(served, start_kernels, port):
+def test_a_standalone_server_hosts_the_world(served, reused_kernels, port):
     marker = connect("127.0.0.1", port).get_json("server")
     assert marker["pid"] == served.pid
-    ks = start_kernels(2)
+    ks = reused_kernels(2)
     results = kernels.execute_all(ks, [init_line(i, 2, port) for i in range(2)], timeout=60)
     assert all(r.status == "ok" for r in results), [r.error for r in results]
     r = ks[0].execute("import nbdist; get_ipython().magics_manager.registry['DistMagics'].session.server")

@@ -82,8 +82,8 @@ def test_a_wrong_token_fails_saying_the_token_is_wrong(token_server):
 
 
 @pytest.mark.timeout(180)
-def test_dist_doctor_in_a_token_world_checks_the_server_with_the_worlds_token(start_kernels, port):
-    ks = start_kernels(2)
+def test_dist_doctor_in_a_token_world_checks_the_server_with_the_worlds_token(reused_kernels, port):
+    ks = reused_kernels(2)
     token = "secret123"
     results = kernels.execute_all(ks, [init_line(i, 2, port, f"--token {token}") for i in range(2)], timeout=90)
     for rank, r in enumerate(results):

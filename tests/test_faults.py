@@ -18,7 +18,7 @@ import pytest
 from nbdist.drive import kernels
 from nbdist.world.store import connect, probe
 
-from .conftest import init_line, lend, run_in_background
+from .conftest import form, init_line, lend, run_in_background
 
 ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()\n"
 HOST = socket.gethostname()  # every loopback rank runs here: messages name this host
@@ -58,8 +58,9 @@ def test_a_peer_that_raises_before_its_all_reduce_ends_the_waiting_rank_within_1
 
 @pytest.mark.timeout(240)
 def test_a_killed_kernel_is_named_within_10s_and_its_restart_rejoins_without_the_others_rerunning(
-        make_world, start_kernels, port, record_fault):
-    ks = make_world(2)
+        start_kernels, port, record_fault):
+    ks = start_kernels(2)  # new kernels, not the reused ones: one is killed
+    form(ks, port)
     pid1 = ks[1].execute("import os; os.getpid()").text().strip()
     code = ("%%collective --timeout 60\nimport time\nif RANK == 1:\n    time.sleep(60)\n"
             "t = torch.ones(1)\ndist.all_reduce(t)\n")
@@ -89,8 +90,9 @@ def test_a_killed_kernel_is_named_within_10s_and_its_restart_rejoins_without_the
 
 @pytest.mark.timeout(240)
 def test_when_the_server_notebook_dies_the_others_learn_within_5s_and_one_init_each_recovers(
-        make_world, start_kernels, port, record_fault):
-    ks = make_world(2)
+        start_kernels, port, record_fault):
+    ks = start_kernels(2)  # new kernels, not the reused ones: one is killed
+    form(ks, port)
     pid0 = ks[0].execute("import os; os.getpid()").text().strip()
     t1, box1 = run_in_background(ks[1], "%%collective --timeout 120\nx = 1\n")
     time.sleep(2)  # rank 1 waits for rank 0 at the barrier
@@ -254,8 +256,8 @@ def test_the_server_binds_to_the_master_address_only(start_kernels, port):
 
 
 @pytest.mark.timeout(180)
-def test_a_token_is_required_when_the_world_has_one(start_kernels, port):
-    ks = start_kernels(2)
+def test_a_token_is_required_when_the_world_has_one(reused_kernels, port):
+    ks = reused_kernels(2)
     t0, box0 = run_in_background(ks[0], init_line(0, 2, port, "--token s3cret"))
     time.sleep(3)
     # A short --timeout: a refused token is otherwise tried again for 15 s (rank 0 may be restarting its server).

@@ -469,8 +469,8 @@ def test_the_magics_flags_count_as_code(world):
 
 
 @pytest.mark.timeout(180)
-def test_the_servers_rank_can_change_the_token(start_kernels, port):
-    ks = start_kernels(2)
+def test_the_servers_rank_can_change_the_token(reused_kernels, port):
+    ks = reused_kernels(2)
     t0, box0 = run_in_background(ks[0], init_line(0, 2, port, "--token abc --timeout 8"))
     time.sleep(2)
     # A short --timeout: a refused token is otherwise tried again for 15 s (rank 0 may be restarting its server).
@@ -496,8 +496,8 @@ def test_the_servers_rank_can_change_the_token(start_kernels, port):
 
 
 @pytest.mark.timeout(120)
-def test_an_ipv6_master_works_end_to_end(start_kernels, port):
-    ks = start_kernels(2)
+def test_an_ipv6_master_works_end_to_end(reused_kernels, port):
+    ks = reused_kernels(2)
     form(ks, port)  # a first world on IPv4, so that a bad IPv6 form cannot pass by luck
     lines = [init_line(i, 2, port).replace("127.0.0.1", "::1") for i in range(2)]
     results = ok(kernels.execute_all(ks, lines, timeout=90))

@@ -232,8 +232,9 @@ def test_dist_stop_in_another_joined_notebook_ends_the_others_cells(start_kernel
 
 
 @pytest.mark.timeout(240)
-def test_a_working_rank_whose_kernel_dies_is_named_within_10s(make_world, record_fault):
-    ks = make_world(2)
+def test_a_working_rank_whose_kernel_dies_is_named_within_10s(start_kernels, port, record_fault):
+    ks = start_kernels(2)  # new kernels, not the reused ones: one is killed
+    form(ks, port)
     pid1 = pid(ks[1])  # rank 1 works alone; rank 0 (which hosts the server) waits for it past --timeout
     code = "%%collective --timeout 3\nimport time\nif RANK == 1:\n    time.sleep(15)\n"
     t0, box0 = run_in_background(ks[0], code, timeout=60)
@@ -252,8 +253,9 @@ def test_a_working_rank_whose_kernel_dies_is_named_within_10s(make_world, record
 
 
 @pytest.mark.timeout(240)
-def test_a_plain_cell_collective_names_a_peer_whose_kernel_is_killed_within_10s(make_world, record_fault):
-    ks = make_world(2)
+def test_a_plain_cell_collective_names_a_peer_whose_kernel_is_killed_within_10s(start_kernels, port, record_fault):
+    ks = start_kernels(2)  # new kernels, not the reused ones: one is killed
+    form(ks, port)
     pid1 = pid(ks[1])
     t0, box0 = run_in_background(ks[0], PLAIN_ALL_REDUCE, timeout=60)
     time.sleep(2)

@@ -34,6 +34,7 @@ from nbdist.world.store import probe
 
 from .conftest import (
     REAPER,
+    form,
     free_port,
     init_line,
     kernel_state,
@@ -344,10 +345,10 @@ def test_dist_env_shows_a_plan_and_changes_nothing(world):
 
 
 @pytest.mark.timeout(120)
-def test_the_live_join_status_says_who_joined_from_where_who_is_missing_and_the_time(start_kernels, port):
+def test_the_live_join_status_says_who_joined_from_where_who_is_missing_and_the_time(reused_kernels, port):
     """README: "while waiting, the cell shows a status updated in place (who joined from where, who is
     missing, elapsed time ...)"."""
-    ks = start_kernels(2)
+    ks = reused_kernels(2)
     for r in kernels.execute_all(ks, "import torch", timeout=60):  # so that joining is what takes the time
         assert r.status == "ok", r.error
     t, box = run_timed_in_background(ks[0], init_line(0, 2, port), timeout=60)
@@ -385,10 +386,10 @@ def test_the_live_join_status_says_who_joined_from_where_who_is_missing_and_the_
 
 
 @pytest.mark.timeout(120)
-def test_a_rank_that_arrives_before_the_server_shows_who_is_missing_and_the_time(start_kernels, port):
+def test_a_rank_that_arrives_before_the_server_shows_who_is_missing_and_the_time(reused_kernels, port):
     """README: "Ranks may arrive in any order and minutes apart; while waiting, the cell shows a status updated
     in place (who joined from where, who is missing, elapsed time ...)"."""
-    ks = start_kernels(2)
+    ks = reused_kernels(2)
     for r in kernels.execute_all(ks, "import torch", timeout=60):  # so that joining is what takes the time
         if r.status != "ok":
             pytest.fail(f"import torch failed: {r.error}")
@@ -436,10 +437,11 @@ def _exit_code_after_shutdown_request(kernel: kernels.Kernel, seconds: float = 3
 
 
 @pytest.mark.timeout(120)
-def test_kernel_exit_tears_down_server_threads_and_children(make_world, port):
+def test_kernel_exit_tears_down_server_threads_and_children(start_kernels, port):
     """README: "`%unload_ext nbdist` and `%reload_ext nbdist` tear down cleanly (process group destroyed,
     server and threads stopped); kernel exit does the same"."""
-    ks = make_world(2)
+    ks = start_kernels(2)  # new kernels, not the session's reused ones: their whole life is the test's
+    form(ks, port)
     pids = [pid_of(k) for k in ks]
     assert pids[0] in _session_members(pids[0]), "the kernel does not lead its own session"
     # Rank 1 exits on a shutdown request: its teardown tells the others it left.

@@ -131,8 +131,8 @@ def test_after_a_stopped_plain_all_reduce_a_ddp_cell_rebuilds_the_group_and_says
 
 
 @pytest.mark.timeout(240)
-def test_after_ddp_backward_timed_out_on_one_rank_the_next_plain_collective_rebuilds_the_group(start_kernels, port):
-    ks = start_kernels(2)
+def test_after_ddp_backward_timed_out_on_one_rank_the_next_plain_collective_rebuilds_the_group(reused_kernels, port):
+    ks = reused_kernels(2)
     form(ks, port, "--pg-timeout 4")
     ok(kernels.execute_all(ks, DDP, timeout=90))
     alone = ks[0].execute("model(torch.ones(3, 4)).sum().backward()", timeout=60)

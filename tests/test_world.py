@@ -72,12 +72,12 @@ def test_every_notebook_shows_every_ranks_output_side_by_side(make_world):
 
 
 @pytest.mark.timeout(180)
-def test_ranks_arriving_twenty_seconds_apart_form_a_world(start_kernels, port):
+def test_ranks_arriving_twenty_seconds_apart_form_a_world(reused_kernels, port):
     import socket
 
     from .conftest import run_timed_in_background
 
-    ks = start_kernels(2)
+    ks = reused_kernels(2)
     # Rank 1 first: it must wait for rank 0's server. Each of its outputs carries its arrival time.
     first, box = run_timed_in_background(ks[1], init_line(1, 2, port))
     started = time.monotonic()
@@ -148,8 +148,8 @@ def test_a_duplicate_rank_is_refused_naming_the_other_host(make_world, start_ker
 
 
 @pytest.mark.timeout(120)
-def test_world_sizes_that_disagree_fail_on_every_rank(start_kernels, port):
-    ks = start_kernels(2)
+def test_world_sizes_that_disagree_fail_on_every_rank(reused_kernels, port):
+    ks = reused_kernels(2)
     t, box = run_in_background(ks[0], init_line(0, 2, port), timeout=60)
     time.sleep(3)
     r1 = ks[1].execute(init_line(1, 3, port), timeout=60)
@@ -222,8 +222,8 @@ def test_a_barrier_that_runs_out_names_the_missing_rank_and_what_it_last_did(mak
 
 
 @pytest.mark.timeout(120)
-def test_the_stop_button_ends_a_join_and_the_slot_is_given_back(start_kernels, port):
-    ks = start_kernels(2)
+def test_the_stop_button_ends_a_join_and_the_slot_is_given_back(reused_kernels, port):
+    ks = reused_kernels(2)
     t, box = run_in_background(ks[0], init_line(0, 2, port), timeout=60)
     time.sleep(5)  # rank 0 is waiting for rank 1
     stopped = time.monotonic()
