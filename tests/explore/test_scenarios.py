@@ -34,7 +34,9 @@ REJOIN_INSTEAD_BOUND = 1  # 25
 REJOIN_SEEDS = 100  # 3 ranks
 RESTART_BOUND = 0  # 33; at 1, 730 (10 s); at 2, 10048 (150 s)
 RESTART_PLAIN_BOUND = 0  # 33 (with the generation bumped at no replacement, 19 fail; 21 of 100 seeds); at 1, 532
-RESTART_DRIVEN_BOUND = 1  # 867 (23-32 s; with enter_generation's re-read of the ranks reverted, 371 of 425 fail)
+# 36 (with enter_generation's re-read of the ranks reverted, 34 fail); at 1, 867 (23-32 s; 371 of 425 fail), which
+# runs before a stop (python -m tests.explore --bound 1), not in CI
+RESTART_DRIVEN_BOUND = 0
 STATUS_BOUND = 1  # 38 (with ec05cf5's note before the arrival reverted, 2 fail); at 2, 486 (8 s; reverted, 25 fail)
 
 
