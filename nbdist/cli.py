@@ -44,7 +44,8 @@ def _run(args: argparse.Namespace) -> int:
     from .drive.runner import run
 
     return run(args.notebooks, world_size=args.world_size, out=args.out, timeout=args.timeout,
-               params=args.param or [], master_port=args.master_port, spawn=args.spawn)
+               params=args.param or [], master_port=args.master_port, spawn=args.spawn,
+               max_restarts=args.max_restarts)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -266,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--spawn", action="store_true",
                      help="run one copy only, as rank 0, with SPAWN = N (N = --world-size, at least 2): its "
                           "%%%%dist_init starts the other ranks as local worker kernels")
+    run.add_argument("--max-restarts", default=None, metavar="K",
+                     help="with --spawn: start a worker kernel that dies again in its slot, at most K times per rank "
+                          "within 10 minutes (MAX_RESTARTS = K; default 3, 0: never)")
     run.set_defaults(func=_run)
     bench = sub.add_parser(
         "bench", help="measure the collectives' bus bandwidth on N local ranks (%%dist_bench in local kernels)",

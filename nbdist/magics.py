@@ -99,6 +99,8 @@ class DistMagics(Magics):
         if args.spawn is None:
             args.spawn = spawn.from_namespace(self.shell.user_ns, self.session.environ_for_config())
         if args.spawn is not None:
+            if args.max_restarts is None:
+                args.max_restarts = spawn.restarts_from_namespace(self.shell.user_ns)
             self._spawn(args)
             return
         if args.max_restarts is not None:

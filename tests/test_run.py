@@ -17,6 +17,8 @@ import pytest
 from nbdist import cli
 from nbdist.config import RUN_VARIABLE
 from nbdist.drive import runner
+from nbdist.drive import spawn as spawn_module
+from nbdist.errors import ConfigError
 
 from .conftest import free_port, wait_gone
 
@@ -182,6 +184,19 @@ def test_spawn_runs_one_copy_given_SPAWN_and_not_NBDIST_RUN_which_would_make_dis
     (copy,) = runner.plan([str(nb)], 3, True, {"LR": 0.1}, None)
     assert copy.rank == 0 and RUN_VARIABLE not in copy.env
     assert copy.nb.cells[2].source == "# Parameters\nSPAWN = 3\nLR = 0.1\n"
+
+
+def test_max_restarts_goes_to_the_spawning_copy_as_MAX_RESTARTS_and_only_with_spawn(tmp_path):
+    nb = notebook(tmp_path / "a.ipynb", "%%dist_init")
+    (copy,) = runner.plan([str(nb)], 3, True, {}, None, max_restarts="5")
+    assert copy.values == {"SPAWN": 3, "MAX_RESTARTS": 5}
+    assert "MAX_RESTARTS = 5\n" in copy.nb.cells[0].source
+    for spawn, given, why in [(False, "5", "--max-restarts applies to the workers of --spawn"),
+                              (True, "-1", "--max-restarts takes a count of 0 or more (0 = never), not -1")]:
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            runner.plan([str(nb)], 3, spawn, {}, None, max_restarts=given)
+    assert spawn_module.restarts_from_namespace({"MAX_RESTARTS": 5}) == "5"
+    assert spawn_module.restarts_from_namespace({}) is None
 
 
 def test_without_a_parameters_cell_the_injected_cell_comes_first_and_replaces_an_earlier_one(tmp_path):

@@ -36,6 +36,7 @@ from traitlets.config import Config
 from ..config import DEFAULT_PORT, RUN_VARIABLE
 from ..errors import ConfigError
 from ..world import netinfo
+from . import restarts
 
 if TYPE_CHECKING:
     from jupyter_client.manager import AsyncKernelManager
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MASTER_ADDR = "127.0.0.1"
-RESERVED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SPAWN")  # set by the runner, not by --param
+# Set by the runner, not by --param:
+RESERVED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SPAWN", "MAX_RESTARTS")
 # Below the ephemeral range (sockets opened later cannot take it), and never 29500, interactive notebooks' default.
 PORTS = [p for p in range(20000, 30000) if p != DEFAULT_PORT]
 INTERRUPT_GRACE = 5.0  # seconds a stopped rank's interrupted cell has to end before its task is cancelled
@@ -103,8 +105,9 @@ def inject(nb: Any, values: dict[str, Any]) -> int:
 
 
 def plan(notebooks: Sequence[str], world_size: int | None, spawn: bool, params: dict[str, Any],
-         master_port: int | None) -> list[Copy]:
-    """The copies to run, parameters injected; raise ConfigError for arguments or notebooks it cannot take."""
+         master_port: int | None, max_restarts: str | None = None) -> list[Copy]:
+    """The copies to run, parameters injected; raise ConfigError for arguments or notebooks it cannot take.
+    ``max_restarts``: with ``spawn``, how often a worker that dies is started again (``MAX_RESTARTS``)."""
     paths = [Path(n).resolve() for n in notebooks]
     read = []
     for path in paths:
@@ -123,6 +126,12 @@ def plan(notebooks: Sequence[str], world_size: int | None, spawn: bool, params: 
         raise ConfigError(f"{len(paths)} notebooks make a world of {len(paths)}, not --world-size {n}")
     elif n < 1:
         raise ConfigError(f"--world-size must be at least 1, not {n}")
+    if max_restarts is not None and not spawn:
+        raise ConfigError("--max-restarts applies to the workers of --spawn")
+    try:
+        restarts_ = None if max_restarts is None else restarts.parse_max(max_restarts)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if master_port is not None and not 0 < master_port < 65536:
         raise ConfigError(f"--master-port must be 1-65535, not {master_port}")
     port = master_port or netinfo.first_free_port(secrets.SystemRandom().sample(PORTS, 200), MASTER_ADDR)
@@ -134,7 +143,7 @@ def plan(notebooks: Sequence[str], world_size: int | None, spawn: bool, params: 
         env = dict(os.environ)
         if spawn:  # %%dist_init forms the world itself; NBDIST_RUN would make it ignore SPAWN
             env.pop(RUN_VARIABLE, None)
-            values: dict[str, Any] = {"SPAWN": n}
+            values: dict[str, Any] = {"SPAWN": n, **({} if restarts_ is None else {"MAX_RESTARTS": restarts_})}
         else:
             values = {"RANK": rank, "WORLD_SIZE": n, "MASTER_ADDR": MASTER_ADDR, "MASTER_PORT": port}
             env[RUN_VARIABLE] = json.dumps(values)
@@ -312,13 +321,13 @@ def execute(copies: list[Copy], timeout: int, out: TextIO = sys.stdout) -> bool:
 
 def run(notebooks: Sequence[str], world_size: int | None = None, out: str = "nbdist-run", timeout: int = 600,
         params: Sequence[str] = (), master_port: int | None = None, spawn: bool = False,
-        stdout: TextIO = sys.stdout) -> int:
+        stdout: TextIO = sys.stdout, max_restarts: str | None = None) -> int:
     """``nbdist run``: 0 if every rank ran every cell, 1 if one failed, 2 for bad arguments, 130 if interrupted."""
     folder = Path(out).resolve()
     try:
         if timeout <= 0:
             raise ConfigError(f"--timeout must be positive, not {timeout}")
-        copies = plan(notebooks, world_size, spawn, parse_params(params), master_port)
+        copies = plan(notebooks, world_size, spawn, parse_params(params), master_port, max_restarts)
         folder.mkdir(parents=True, exist_ok=True)
     except (ConfigError, OSError) as exc:
         print(f"nbdist run: {exc}", file=sys.stderr)

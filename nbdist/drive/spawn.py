@@ -67,6 +67,13 @@ def from_namespace(namespace: Mapping[str, Any], environ: Mapping[str, str]) -> 
     return str(value)
 
 
+def restarts_from_namespace(namespace: Mapping[str, Any]) -> str | None:
+    """``MAX_RESTARTS = K`` in the notebook (``nbdist run --spawn --max-restarts K`` sets it) as ``--max-restarts
+    K``, for a notebook that spawns; None where it has none."""
+    value = namespace.get("MAX_RESTARTS")
+    return None if value is None else str(value)
+
+
 def plan(args: Any, environ: Mapping[str, str]) -> Plan:
     """The world ``--spawn N`` forms, from the %dist_init flags; raise ConfigError for flags it cannot take."""
     try:
