@@ -200,6 +200,8 @@ def _shutdown(fd: int, local: Endpoint, remote: Endpoint, how: int) -> int:
     except OSError:
         return 0  # closed meanwhile
     with sock:  # closes the duplicate only
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return 0  # the descriptor was reused meanwhile for a socket of another kind (a Unix socket)
         try:
             here, there = sock.getsockname(), sock.getpeername()
         except OSError:
