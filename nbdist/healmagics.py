@@ -53,7 +53,7 @@ class HealMagics(Magics):
 
     @magic_arguments()
     @argument("names", nargs="+", metavar="NAME", help="what to copy: tensors, modules and optimizers (their state, "
-                                                        "into the receiving rank's own), picklable values")
+                                                        "into the receiving rank's own), plain values")
     @argument("--from", dest="source", metavar="RANK", help="the rank to copy from (default: the lowest that keeps it)")
     @argument("--to", metavar="RANKS", help="the ranks to copy to, e.g. 1,3 (default: the workers started again since "
                                             "they died, else the ranks that lack the name)")
@@ -64,10 +64,11 @@ class HealMagics(Magics):
         """Copy what a surviving rank holds under NAME... to a rank that lost it (its kernel was started again).
 
         Runs as one %%collective on every rank: tensors (and a module's state) go through torch.distributed, an
-        optimizer's state and plain values pickled over the process group, never the store. A name whose value
-        differs between the ranks that keep it is rank-specific state, and is not copied; nor is a value that does
-        not pickle, nor a module or optimizer the receiving rank has none of (%dist_replay makes it again). Each
-        rank's column says what it sent, received or why not. In peer notebooks, run it in every notebook.
+        optimizer's state and plain values (numbers, text, and lists, tuples and dicts of them and of tensors) as
+        torch.save's bytes read back with weights_only, never the store and never another object. A name whose
+        value differs between the ranks that keep it is rank-specific state, and is not copied; nor is an object
+        of another kind, nor a module or optimizer the receiving rank has none of (%dist_replay makes it again).
+        Each rank's column says what it sent, received or why not. In peer notebooks, run it in every notebook.
         """
         args = parse_argstring(self.dist_sync, line)
         world = self.session.require_world("%dist_sync")

@@ -4,18 +4,21 @@ was started again), through torch.distributed, never the store.
 It runs as one ``%%collective`` body on every rank (:func:`body`), in lockstep. Every rank first tells the others
 what it holds under each name (:class:`Held`: its kind, a digest of its value, what a copy needs to know of its
 shape), then each rank decides alike from all of them (:func:`plan`, pure): where from, where to, or why not.
-Tensors, and the tensors of a module's state, are broadcast as tensors; an optimizer's state and a plain value go
-through ``broadcast_object_list`` (pickled, over the process group). A value that differs between the ranks that
-keep it is rank-specific state (a rank's shard of the data, its seed): it is not copied, and the rank says so. So
-is a value that does not pickle, and a module or optimizer that the receiving rank has none of to load the state
-into (the cell that made it comes back with ``%dist_replay``).
+Tensors, and the tensors of a module's state, are broadcast as tensors; an optimizer's state and a plain value
+are saved with ``torch.save`` and broadcast as bytes, and read with ``torch.load(weights_only=True)``, which takes
+tensors, numbers, text and their lists, tuples and dicts, and nothing else: no rank unpickles another's objects
+(what each rank holds is told as JSON). A value that differs between the ranks that keep it is rank-specific state
+(a rank's shard of the data, its seed): it is not copied, and the rank says so. So is a value of another kind, and
+a module or optimizer that the receiving rank has none of to load the state into (the cell that made it comes back
+with ``%dist_replay``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import keyword
-import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +28,8 @@ from ..errors import ConfigError
 from ..ranksets import ranks_text
 
 ABSENT = "absent"
-TENSOR, MODULE, OPTIMIZER, VALUE, UNPICKLABLE = "tensor", "module", "optimizer", "value", "unpicklable"
+TENSOR, MODULE, OPTIMIZER, VALUE, OPAQUE = "tensor", "module", "optimizer", "value", "opaque"
+PLAIN = "only tensors, numbers, text and their lists, tuples and dicts go to another rank"
 LOADS = (MODULE, OPTIMIZER)  # kinds whose state is loaded into the receiving rank's own object
 
 
@@ -84,8 +88,8 @@ def plan(name: str, held: Sequence[Held], source: int | None, to: Sequence[int] 
                                "is not copied")
     src = source if source is not None else keepers[0]
     what = held[src]
-    if what.kind == UNPICKLABLE:
-        return NotCopied(name, f"it does not pickle ({what.meta[0] if what.meta else 'its type'})")
+    if what.kind == OPAQUE:
+        return NotCopied(name, f"it is {what.meta[0] if what.meta else 'an object'}: {PLAIN}")
     if what.kind in LOADS:
         for t in targets:
             if held[t].kind != what.kind:
@@ -157,14 +161,14 @@ def run(ns: dict[str, Any], names: list[str], source: int | None, to: list[int] 
     did here."""
     import torch.distributed as dist
 
-    rank = dist.get_rank()
+    rank, here = dist.get_rank(), _device(ns, dist.get_backend())
     mine = [held(ns, name) for name in names]
-    every: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(every, mine)
+    every = [[Held(h[0], h[1], _tuples(h[2])) for h in json.loads(text)]
+             for text in _gathered(json.dumps([[h.kind, h.digest, list(h.meta)] for h in mine]), here)]
     for k, name in enumerate(names):
         step = plan(name, [theirs[k] for theirs in every], source, to)
         if isinstance(step, Copy):
-            _copy(ns, step, rank, dist.get_backend())
+            _copy(ns, step, rank, here)
         words = said(step, rank)
         if words is not None:
             print(words)
@@ -185,15 +189,38 @@ def held(ns: dict[str, Any], name: str) -> Held:
             state = value.state_dict()
             return Held(MODULE, digest(state), tuple((key, tuple(t.shape), str(t.dtype)) for key, t in state.items()))
         if isinstance(value, torch.optim.Optimizer):
-            return Held(OPTIMIZER, digest(value.state_dict()))
-        return Held(VALUE, digest(value))
-    except (pickle.PicklingError, TypeError, AttributeError):
-        return Held(UNPICKLABLE, meta=(type(value).__name__,))
+            state = value.state_dict()
+            return Held(OPTIMIZER, digest(state)) if plain(state) else Held(OPAQUE, meta=("an optimizer of state "
+                                                                                         "of another kind",))
+        if plain(value):
+            return Held(VALUE, digest(value))
+    except (TypeError, AttributeError, RuntimeError):  # a state that cannot be read as tensors and plain values
+        pass
+    return Held(OPAQUE, meta=(f"a {type(value).__name__}",))
+
+
+def plain(value: Any) -> bool:
+    """Whether ``value`` is what ``torch.load(weights_only=True)`` reads back: tensors, numbers, text, bytes, None,
+    and lists, tuples and dicts of them (keys text or numbers)."""
+    import torch
+
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes, torch.Tensor, torch.dtype)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return type(value) in (list, tuple, torch.Size) and all(plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, (str, int)) and plain(v) for k, v in value.items())
+    return False
+
+
+def _tuples(value: Any) -> Any:
+    """JSON's lists back as the tuples :class:`Held`'s meta holds."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def digest(value: Any) -> str:
     """A digest of ``value`` that equal values share on any rank and device: tensors by dtype, shape and bytes,
-    dicts, lists and tuples by their items, anything else by its pickle (which may raise)."""
+    dicts, lists and tuples by their items, anything else (:func:`plain`'s scalars) by its type and repr."""
     h = hashlib.sha256()
     _feed(h, value)
     return h.hexdigest()
@@ -216,14 +243,20 @@ def _feed(h: Any, value: Any) -> None:
         for item in value:
             _feed(h, item)
     else:
-        h.update(b"P" + pickle.dumps(value))
+        h.update(f"S{type(value).__name__}:{value!r}".encode())
 
 
-def _copy(ns: dict[str, Any], step: Copy, rank: int, backend: str) -> None:
+def _device(ns: dict[str, Any], backend: str) -> Any:
+    """Where this rank's broadcasts live: the CPU for gloo, else the rank's device (nbdist's ``DEVICE``)."""
+    import torch
+
+    return torch.device("cpu") if backend == "gloo" else torch.device(ns.get("DEVICE", "cpu"))
+
+
+def _copy(ns: dict[str, Any], step: Copy, rank: int, here: Any) -> None:
     import torch
     import torch.distributed as dist
 
-    here = torch.device("cpu") if backend == "gloo" else ns.get("DEVICE", "cpu")  # where the backend sends from
     receives, sends = rank in step.to, rank == step.source
 
     def sent(value: Any, shape: tuple[int, ...], dtype: str) -> Any:
@@ -244,10 +277,48 @@ def _copy(ns: dict[str, Any], step: Copy, rank: int, backend: str) -> None:
         if receives:
             ns[step.name].load_state_dict(got)
     else:
-        box = [(ns[step.name].state_dict() if step.kind == OPTIMIZER else ns[step.name]) if sends else None]
-        dist.broadcast_object_list(box, src=step.source)
+        data = None
+        if sends:
+            buffer = io.BytesIO()
+            torch.save(ns[step.name].state_dict() if step.kind == OPTIMIZER else ns[step.name], buffer)
+            data = buffer.getvalue()
+        sent_bytes = _broadcast_bytes(data, step.source, here)
+        got = torch.load(io.BytesIO(sent_bytes), weights_only=True)  # tensors and plain values only: no object
         if receives:
             if step.kind == OPTIMIZER:
-                ns[step.name].load_state_dict(box[0])
+                ns[step.name].load_state_dict(got)
             else:
-                ns[step.name] = box[0]
+                ns[step.name] = got
+
+
+def _broadcast_bytes(data: bytes | None, source: int, here: Any) -> bytes:
+    """``data`` from rank ``source`` to every rank, as a tensor of bytes over the process group (on ``here``)."""
+    import torch
+    import torch.distributed as dist
+
+    size = torch.tensor([0 if data is None else len(data)], dtype=torch.int64, device=here)
+    dist.broadcast(size, source)
+    buf = (torch.frombuffer(bytearray(data), dtype=torch.uint8).to(here) if data is not None
+           else torch.empty(int(size.item()), dtype=torch.uint8, device=here))
+    dist.broadcast(buf, source)
+    return bytes(buf.cpu().numpy().tobytes())
+
+
+def _gathered(text: str, here: Any) -> list[str]:
+    """Every rank's ``text`` (UTF-8, rank order), as tensors of bytes over the process group (on ``here``): no
+    pickle."""
+    import torch
+    import torch.distributed as dist
+
+    mine = text.encode()
+    n = dist.get_world_size()
+    sizes = [torch.zeros(1, dtype=torch.int64, device=here) for _ in range(n)]
+    dist.all_gather(sizes, torch.tensor([len(mine)], dtype=torch.int64, device=here))
+    longest = max(int(s.item()) for s in sizes)
+    padded = torch.zeros(longest, dtype=torch.uint8)
+    if mine:
+        padded[:len(mine)] = torch.frombuffer(bytearray(mine), dtype=torch.uint8)
+    every = [torch.zeros(longest, dtype=torch.uint8, device=here) for _ in range(n)]
+    dist.all_gather(every, padded.to(here))
+    return [bytes(t[:int(size.item())].cpu().numpy().tobytes()).decode()
+            for t, size in zip(every, sizes, strict=True)]

@@ -9,9 +9,9 @@ from nbdist.errors import ConfigError
 from nbdist.heal.sync import (
     ABSENT,
     MODULE,
+    OPAQUE,
     OPTIMIZER,
     TENSOR,
-    UNPICKLABLE,
     VALUE,
     Copy,
     Held,
@@ -29,7 +29,7 @@ M = Held(MODULE, "m1", (("weight", (2, 3), "torch.float32"), ("bias", (2,), "tor
 M_FRESH = Held(MODULE, "m2", M.meta)  # the same module made again, other weights
 M_OTHER = Held(MODULE, "m3", (("weight", (4, 3), "torch.float32"),))
 OPT, OPT_FRESH = Held(OPTIMIZER, "o1"), Held(OPTIMIZER, "o2")
-LOCK = Held(UNPICKLABLE, meta=("lock",))
+LOCK = Held(OPAQUE, meta=("a lock",))
 
 
 @pytest.mark.parametrize(("held", "source", "to", "decided"), [
@@ -50,7 +50,8 @@ LOCK = Held(UNPICKLABLE, meta=("lock",))
     ([NONE, T], None, [1], NotCopied("x", "only rank 1, where it would go, holds it")),
     ([T, NONE], 1, None, NotCopied("x", "rank 1 is one it would be copied to")),
     ([T, NONE, T], 1, [0], NotCopied("x", "rank 1 does not hold it")),
-    ([LOCK, NONE], None, None, NotCopied("x", "it does not pickle (lock)")),
+    ([LOCK, NONE], None, None, NotCopied("x", "it is a lock: only tensors, numbers, text and their lists, tuples "
+                                              "and dicts go to another rank")),
     ([M, NONE], None, None, NotCopied("x", "rank 1 has no module named x to load its state into: create it there "
                                            "first (%dist_replay runs again the cell that made it)")),
     ([OPT, T], None, [1], NotCopied("x", "rank 1 has no optimizer named x to load its state into: create it there "
