@@ -18,7 +18,7 @@ from dataclasses import dataclass
 DEFAULT_MAX = 3  # --max-restarts when it is not given
 AFTER_DOWN = "%dist_init --spawn N again starts every worker afresh (every rank's variables are lost)"
 WINDOW = 600.0  # seconds within which a rank's restarts are counted
-TOLD_LINES = 5  # lines of a dead kernel's last output told to the other ranks (nbdist.world.records.Exited)
+TOLD_LINES = 5  # lines of a dead kernel's last output told to the other ranks (nbdist.world.exited_record.Exited)
 
 
 @dataclass(frozen=True)

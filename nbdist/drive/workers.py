@@ -34,7 +34,8 @@ from typing import Any
 
 from ..config import RUN_VARIABLE, WORKER_VARIABLE
 from ..errors import StoreConnectionError, WorkerError
-from ..world import keys, records
+from ..world import keys
+from ..world.exited_record import Exited
 from ..world.store import StoreClient
 from . import restarts
 from .restarts import Exit
@@ -279,7 +280,7 @@ class Workers:
 
     def report_to(self, client: StoreClient, key: Callable[[str], str]) -> None:
         """From now on, say in the world's store how each worker's kernel that dies ended, and what became of its
-        slot (:class:`nbdist.world.records.Exited`, which the ranks that lose it read); ``client``: a connection
+        slot (:class:`nbdist.world.exited_record.Exited`, which the ranks that lose it read); ``client``: a connection
         of the supervisor's own, closed at shutdown; ``key``: the world's round's key of a name."""
         self._report = (client, key)
 
@@ -291,7 +292,7 @@ class Workers:
         client, key = self._report
         then = (f"rank {rank} was restarted ({n} of {self.max_restarts})" if exit_.restarted
                 else f"rank {rank} was left down: {exit_.why_down}; {restarts.AFTER_DOWN}")
-        told = records.Exited(exit_.pid, exit_.how, lines, exit_.restarted, then, exit_.at)
+        told = Exited(exit_.pid, exit_.how, lines, exit_.restarted, then, exit_.at)
         try:
             client.set(key(keys.exited(rank)), told.to_json())
         except StoreConnectionError as exc:  # the world is going: nobody is left to tell

@@ -2,7 +2,8 @@
 
 Owns the rendezvous server and its clients (``store``, ``auth``), every key kept in the store (``keys``) and the
 records kept under them, typed and validated where read (``records``; a rank's record of a ``%%collective`` at
-its end, ``capture_record``), rounds and joining (``rendezvous``, ``reach``), a formed world: its members
+its end, ``capture_record``; how a spawned worker's kernel ended, ``exited_record``), rounds and joining
+(``rendezvous``, ``reach``), a formed world: its members
 (``world``), its round, step and generation numbers (``counters``), each rank's notes (``notes``) and every
 wait's checks (``checks``), its meetings (``gather``, the executor; ``meeting``, what a rank at one does next;
 ``verdict``, what one decided), heartbeats and who is alive by them (``heartbeat``, ``pulse``, ``liveness``),

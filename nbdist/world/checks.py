@@ -13,8 +13,9 @@ from ..config import HEARTBEAT_INTERVAL
 from ..errors import JoinError, PeerLostError, WorldChangedError
 from . import keys, records
 from .counters import current_round
+from .exited_record import Exited
 from .liveness import PeerTracker
-from .records import Exited, Registration
+from .records import Registration
 from .store import StoreClient
 
 EXIT_WAIT = 3.0  # seconds a rank waits for the notebook that spawned a worker whose kernel died to say how it ended
@@ -94,7 +95,7 @@ class Checks:
 
     def lost(self, dead: list[tuple[int, str]], client: StoreClient | None = None) -> PeerLostError:
         """The error that says ``dead`` (rank, why) are gone, and what carries this notebook on. A spawned worker
-        whose kernel died is said as the notebook that started it saw it end (:class:`records.Exited`, read on
+        whose kernel died is said as the notebook that started it saw it end (:class:`.exited_record.Exited`, read on
         ``client``, else the world's): how, its last lines, and what became of its slot, the message's last words."""
         w = self._world
         exits = {i: self._exit_of(i, client or w.client) for i, why in dead

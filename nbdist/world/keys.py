@@ -20,7 +20,7 @@ A round (``r/<r>/`` + the names below)::
                                   runs); whether a cell runs
     left/<i>, left_n              rank i left the world; how many did
     exited/<i>                    how spawned worker rank i's last kernel ended, and what then became of its slot
-                                  (:class:`.records.Exited`, written by the notebook that started it)
+                                  (:class:`.exited_record.Exited`, written by the notebook that started it)
     gen                           the process group's generation: an older group is rebuilt at the next step
     turn                          the last step the world took (its next one is turn + 1)
     stops, stop/<n>               stops of every rank (%dist_stop, nbdist stop): how many; each one
@@ -113,7 +113,7 @@ def stop(n: int) -> str:
 
 
 def exited(i: int) -> str:
-    """How spawned worker rank ``i``'s last kernel ended (:class:`nbdist.world.records.Exited`)."""
+    """How spawned worker rank ``i``'s last kernel ended (:class:`nbdist.world.exited_record.Exited`)."""
     return f"exited/{i}"
 
 

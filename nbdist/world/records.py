@@ -27,9 +27,9 @@ record                  key (:mod:`.keys`)                      written by, read
                                                                 guard (:mod:`nbdist.cell.guard`)
 :class:`Busy`           ``busy/<i>``                            each rank's guard, whether it runs a cell;
                                                                 the waits outside cells, the dashboard
-:class:`Exited`         ``exited/<i>``                          the notebook that spawned worker rank i, how
-                                                                its kernel ended; the ranks that lose it
-                                                                (:meth:`nbdist.world.checks.Checks.lost`)
+:class:`.Exited`        ``exited/<i>``                          the notebook that spawned worker rank i, how
+                                                                it ended; the ranks that lose it (kept in
+                                                                :mod:`.exited_record`)
 :class:`LivePart`       ``t/<n>/live/<i>``                      each rank, its part of a cell's live table;
                                                                 the notebooks that show it
                                                                 (:mod:`nbdist.cell.live`)
@@ -176,7 +176,6 @@ def _value(record: Any, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 value_of = _value  # for a record kept in a module of its own
-
 
 
 # --- drive/<seq>: a message of the driving notebook -----------------------------------------------
@@ -429,47 +428,6 @@ class StopAll:
         return cls(message=read.text("message"), session=read.text("session", ""), t=read.time("t"))
 
 
-# --- exited/<i>: how a spawned worker's kernel ended ----------------------------------------------------
-
-@dataclass(frozen=True)
-class Exited:
-    """How the kernel of spawned worker rank ``i`` (its ``pid``) ended, as the notebook that started it saw it:
-    ``how`` (its exit code, or the signal by name), the last ``lines`` it wrote, whether it was ``restarted`` and
-    what ``then`` became of its slot ("rank 1 was restarted (1 of 3)", or why it was left down), at ``t``
-    (``time.time()``)."""
-
-    pid: int
-    how: str
-    lines: list[str]
-    restarted: bool
-    then: str
-    t: float
-
-    def to_json(self) -> str:
-        return json.dumps(_value(self))
-
-    @classmethod
-    def from_json(cls, text: str | None) -> Exited:
-        value = json_object(text)
-        read = _Fields(value)
-        pid, how, then, t = read.count("pid"), read.text("how"), read.text("then"), read.time("t")
-        restarted = read.flag("restarted")
-        why = why_not(value.get("lines", []), [str], "its 'lines'")
-        if why:
-            raise MalformedRecord(why, value)
-        return cls(pid=pid, how=how, lines=list(value.get("lines", [])), restarted=restarted, then=then, t=t)
-
-    @classmethod
-    def read(cls, text: str | None) -> Exited | None:
-        """The record, or None: unset, or not one (anyone who reaches the port can write there)."""
-        if text is None:
-            return None
-        try:
-            return cls.from_json(text)
-        except MalformedRecord:
-            return None
-
-
 # --- busy/<i>: whether a rank runs a cell -----------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -584,7 +542,7 @@ class Registration:
     the values every rank must give alike (``agreed``), its environment's plan (``env``); whether its heartbeat
     stays in the store once it stops (``keeps_beat``: the version before removes it); whether a driving notebook
     started it and starts it again if it dies (``spawned``: a worker of ``%dist_init --spawn``, which says how it
-    ended in an :class:`Exited`); and ``nonce``, which tells its own claim from another's. Only ``session``,
+    ended in an :class:`.Exited`); and ``nonce``, which tells its own claim from another's. Only ``session``,
     ``rank``, ``host`` and ``pid`` must be there: the rest have defaults for a kernel of an earlier version.
     """
 

@@ -12,7 +12,8 @@ from dataclasses import replace
 import pytest
 
 from nbdist.world import checks, keys
-from nbdist.world.records import Exited, MalformedRecord, Registration
+from nbdist.world.exited_record import Exited
+from nbdist.world.records import MalformedRecord, Registration
 
 TOLD = Exited(pid=2, how="was killed by SIGKILL (it held 812 MiB just before: a likely out-of-memory kill)",
               lines=["Traceback (most recent call last):", "MemoryError"], restarted=True,
