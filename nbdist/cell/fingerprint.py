@@ -249,8 +249,7 @@ class Checker:
         self.builds = 0  # process groups the body's init_process_group built after destroying the world's (rebuild)
         self.lock = threading.Lock()
         self._ended = ended(world, cell)  # the ranks that ended the body, as a waiting collective looks
-        # A late comparison's meeting, and its fingerprints.
-        self._late: tuple[str, Published[dict[str, Any]]] | None = None
+        self._late: tuple[str, Published[dict[str, Any]]] | None = None  # a late comparison: its meeting, prints
 
     def stop(self, failure: records.Failure) -> None:
         """No collective may start from now on (one already running is the watcher's to cut)."""
@@ -320,9 +319,7 @@ class Checker:
     def _kind(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, n: int,
               ranks: list[int] | None) -> tuple[int, bool]:
         """This call's checksum, and whether it was compared before running (the first of its kind, when checked).
-
-        Object collectives are always compared first: their key would be their objects.
-        """
+        Object collectives are always compared first: their key would be their objects."""
         key = None if "object" in op else (name, quick_key(op, args, kwargs, self._tensor))
         crc = self.known.get(key) if key is not None else None
         if crc is not None:

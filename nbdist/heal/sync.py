@@ -6,7 +6,7 @@ what it holds under each name (:class:`Held`: its kind, a digest of its value, w
 shape), then each rank decides alike from all of them (:func:`plan`, pure): where from, where to, or why not.
 Tensors, and the tensors of a module's state, are broadcast as tensors; an optimizer's state and a plain value
 are saved with ``torch.save`` and broadcast as bytes, and read with ``torch.load(weights_only=True)``, which takes
-tensors, numbers, text and their lists, tuples and dicts, and nothing else: no rank unpickles another's objects
+tensors, numbers, text and their lists, tuples and dicts, and nothing else: no rank loads another's objects
 (what each rank holds is told as JSON). A value that differs between the ranks that keep it is rank-specific state
 (a rank's shard of the data, its seed): it is not copied, and the rank says so. So is a value of another kind, and
 a module or optimizer that the receiving rank has none of to load the state into (the cell that made it comes back
@@ -305,8 +305,7 @@ def _broadcast_bytes(data: bytes | None, source: int, here: Any) -> bytes:
 
 
 def _gathered(text: str, here: Any) -> list[str]:
-    """Every rank's ``text`` (UTF-8, rank order), as tensors of bytes over the process group (on ``here``): no
-    pickle."""
+    """Every rank's ``text`` (UTF-8, rank order), as tensors of bytes over the process group (on ``here``)."""
     import torch
     import torch.distributed as dist
 
