@@ -27,6 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "job": {"world", "backend", "view", "drive"},
     "debug": {"world", "view"},
     "heal": {"world", "view"},
+    "diverge": {"world", "view"},
 }
 PARTS = set(ALLOWED) - {BASE}
 
