@@ -61,7 +61,8 @@ class DistMagics(Magics):
                                                  "`nbdist follow` tasks, OPTIONS passed to sbatch (e.g. \"-N 2 -p "
                                                  "npu\"); the master is --master-addr, an address the nodes reach")
     @argument("--max-restarts", metavar="K", help=f"with --spawn N: when a worker kernel dies, start a new one in "
-                                                  f"its slot, at most K times per rank within "
+                                                  f"its slot (with --slurm: a new step of the job on the task's "
+                                                  f"node), at most K times per rank within "
                                                   f"{restarts.WINDOW / 60:g} minutes (default "
                                                   f"{restarts.DEFAULT_MAX}; 0: never)")
     @line_cell_magic
@@ -87,7 +88,8 @@ class DistMagics(Magics):
         and flags) and takes its place in the world, which rebuilds its group
         at the next collective; its variables are gone. --max-restarts K caps
         that per rank within a window; one that dies before it joins again is
-        left down.
+        left down. With --slurm, a task that dies is started again as a new
+        step of the same job, on its node.
         ``SPAWN = N`` in the body or the namespace (``nbdist run --spawn``
         sets it) does the same where --spawn is absent; 0 or None: no spawn
         (nor in a copy that ``nbdist run`` runs as one rank of several).

@@ -320,8 +320,8 @@ class Session:
             ranks = self.init(cfg, status, keep_workers=True)
             world = self.require_world("%dist_init --spawn")
             self.drive.take(world)
-            if isinstance(workers, Workers):  # local workers are started again if they die: the others are told how
-                workers.report_to(world.client.clone(op_timeout=5.0), world.key)
+            # A follower that dies is started again: the others are told how it ended.
+            workers.report_to(world.client.clone(op_timeout=5.0), world.key)
         except BaseException:
             self.leave()
             raise

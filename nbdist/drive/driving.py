@@ -43,8 +43,8 @@ class KernelDrive:
         return self.workers is not None or self.drive.holding
 
     def restarts(self) -> dict[int, list[float]]:
-        """When (``time.monotonic()``) each spawned local worker's kernel was started again, by rank."""
-        return {w.rank: list(w.restarts) for w in self.workers.workers} if isinstance(self.workers, Workers) else {}
+        """When (``time.monotonic()``) each spawned follower's process was started again, by rank."""
+        return {} if self.workers is None else self.workers.restart_times()
 
     def follow(self, host: follow.FollowHost, world: World, session: str, secret: Callable[[], str],
                show: follow.Shows, stopper: Stopper) -> follow.Ended:

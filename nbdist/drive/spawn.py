@@ -34,14 +34,14 @@ class Plan:
     sources: dict[str, str] = field(default_factory=dict)
     note: str = ""  # shown while the workers start (a port other than the one asked for)
     slurm: list[str] | None = None  # sbatch's options: the followers are one Slurm job, not local kernels
-    max_restarts: int = restarts.DEFAULT_MAX  # how often a local worker that dies is started again (0: never)
+    max_restarts: int = restarts.DEFAULT_MAX  # how often a follower that dies is started again (0: never)
 
     def followers(self) -> Workers | SlurmJob:  # (the field `slurm` hides the module in this class's scope)
         """What starts ranks 1..N-1 and stops them with the world (not started yet)."""
         f = self.flags
         if self.slurm is not None:
             return slurm.SlurmJob(f["world_size"], f["master_addr"], f["master_port"], f["token"], self.worker_flags,
-                                  self.slurm)
+                                  self.slurm, self.max_restarts)
         return Workers(f["world_size"], f["master_port"], f["token"], self.worker_flags, self.max_restarts)
 
 
@@ -88,9 +88,6 @@ def plan(args: Any, environ: Mapping[str, str]) -> Plan:
         max_restarts = restarts.DEFAULT_MAX if given_max is None else restarts.parse_max(given_max)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if options is not None and given_max is not None:
-        raise ConfigError("--max-restarts: the followers of a Slurm job are not started again yet (only local "
-                          "workers are); leave it out with --slurm")
     given = [flag for flag, value in (("--rank", args.rank), ("--world-size", args.world_size),
                                       ("--master-addr", None if options is not None else args.master_addr))
              if value is not None]

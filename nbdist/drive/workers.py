@@ -9,7 +9,7 @@ ends a kernel whose parent is gone, so no worker outlives a killed driver.
 Output that never reaches a notebook (the kernel's own stdout and stderr, and
 what its cells showed) is kept, the last lines of it, for ``%dist_workers``.
 
-A supervisor thread watches the workers that joined. One whose kernel died is
+A supervisor thread (:mod:`nbdist.drive.supervisor`) watches the workers that joined. One whose kernel died is
 recorded (when, how, the memory it held, its last lines) and, as
 :mod:`nbdist.drive.restarts` decides, started again in its slot: same rank and
 flags, the same three cells. Its new kernel takes the old one's place in the
@@ -21,52 +21,41 @@ from __future__ import annotations
 
 import collections
 import glob
-import logging
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import RUN_VARIABLE, WORKER_VARIABLE
-from ..errors import StoreConnectionError, WorkerError
-from ..world import keys
-from ..world.exited_record import Exited
-from ..world.store import StoreClient
+from ..errors import WorkerError
 from . import restarts
-from .restarts import Exit
+from .supervisor import Ending, Slot, Supervisor
 
 LOG_LINES = 200  # lines of each worker's output kept for %dist_workers
 SHUTDOWN_WAIT = 3.0  # seconds a worker gets to leave before it is killed
 FOLDER_PREFIX = "nbdist-worker-"  # then the driving kernel's pid and the worker's rank
-LOOK_INTERVAL = 0.5  # seconds between the supervisor's looks at the workers (and samples of their memory)
 READY_WAIT = 60.0  # seconds a worker kernel gets to answer once started
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
-class Worker:
+class Worker(Slot):
     """One worker kernel: its rank, process and the last lines it wrote."""
 
-    rank: int
     manager: Any = None
     client: Any = None
     folder: str = ""
     lines: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LOG_LINES))
     init_id: str = ""
-    failed: str | None = None  # why its %load_ext or %%dist_init failed, once known
-    joined: bool = False
-    restarts: list[float] = field(default_factory=list)  # when (monotonic) its slot was started again
-    exits: list[Exit] = field(default_factory=list)  # how each of its kernels that died ended
-    down: str | None = None  # why it was left down after it died, once it was
     rss_kb: int | None = None  # its kernel's memory at the supervisor's last look
     _reader: threading.Thread | None = None
     _halt: threading.Event = field(default_factory=threading.Event)
+
+    def note(self, text: str) -> None:
+        self.lines.append(text)
 
     @property
     def pid(self) -> int | None:
@@ -125,19 +114,17 @@ def _texts(msg: dict[str, Any]) -> list[str]:
     return []
 
 
-class Workers:
-    """The worker kernels of one spawned world (ranks 1..N-1), and the supervisor that starts a dead one again."""
+class Workers(Supervisor[Worker]):
+    """The worker kernels of one spawned world (ranks 1..N-1), under the supervisor that starts a dead one again."""
 
     def __init__(self, world_size: int, master_port: int, token: str, init_flags: str = "",
                  max_restarts: int = restarts.DEFAULT_MAX) -> None:
+        super().__init__(max_restarts)
         self.world_size, self.master_port, self.token, self.init_flags = world_size, master_port, token, init_flags
-        self.max_restarts = max_restarts
         self.workers = [Worker(rank) for rank in range(1, world_size)]
-        # One lock orders the supervisor's restarts against shutdown(): once shutdown holds it, nothing starts.
-        self._lock = threading.Lock()
-        self._closing = threading.Event()
-        self._supervisor: threading.Thread | None = None
-        self._report: tuple[StoreClient, Callable[[str], str]] | None = None  # where deaths are told (report_to)
+
+    def slots(self) -> list[Worker]:
+        return self.workers
 
     def start(self) -> None:
         """Start every worker kernel in parallel and queue its three cells; raise WorkerError if one cannot start.
@@ -159,10 +146,7 @@ class Workers:
         if errors:
             self.shutdown()
             raise WorkerError("worker kernels did not start: " + "; ".join(errors))
-        with self._lock:
-            if not self._closing.is_set():
-                self._supervisor = threading.Thread(target=self._supervise, name="nbdist-supervisor", daemon=True)
-                self._supervisor.start()
+        self._watch()
 
     def _start(self, w: Worker) -> None:
         from jupyter_client.manager import KernelManager
@@ -223,88 +207,24 @@ class Workers:
                     w.client.iopub_channel.stop()
                     return
 
-    # --- the supervisor: a dead worker is started again in its slot ------------------------------------------
-    def _supervise(self) -> None:
-        """Look at the workers every LOOK_INTERVAL s until shutdown(); never raises (a failed look is logged)."""
-        while not self._closing.wait(LOOK_INTERVAL):
-            for w in list(self.workers):
-                try:
-                    self._look(w)
-                except Exception as exc:  # a look that failed must not end the watch over the others
-                    logger.warning("nbdist: watching worker rank %d: %r", w.rank, exc)
+    # --- the supervisor's hooks (nbdist.drive.supervisor): a dead worker is started again in its slot ---------
+    def _watched(self, w: Worker) -> bool:
+        return w.manager is not None and super()._watched(w)
 
-    def _look(self, w: Worker) -> None:
-        if w.down is not None or w.manager is None or not (w.joined or w.restarts):
-            return  # left down, or still joining the first time (the spawn's own wait watches that)
+    def _check(self, w: Worker) -> Ending | None:
         if w.alive():
             w.sample_memory()
             if w.restarts and w.failed is not None:  # started again, and its %%dist_init failed: do not loop
-                self._leave_down(w, f"failed to join after a restart: {w.failed}")
-            return
-        self._died(w)
+                self._leave_down(w, f"failed to join after a restart: {w.failed}", w.pid, w.rss_kb,
+                                 tuple(w.log_tail()))
+            return None
+        # What the dead process wrote, before its folder goes.
+        return Ending(w.pid, restarts.describe(w.returncode(), w.rss_kb), w.rss_kb, tuple(w.log_tail()),
+                      w.process_tail(restarts.TOLD_LINES))
 
-    def _died(self, w: Worker) -> None:
-        """Record how ``w``'s kernel ended, then start it again in its slot, or leave it down, as the policy says."""
-        now = time.monotonic()
-        how = restarts.describe(w.returncode(), w.rss_kb)
-        decision = restarts.decide(w.restarts, now, self.max_restarts, w.joined)
-        exit_ = Exit(time.time(), w.pid, how, w.rss_kb, tuple(w.log_tail()), decision.restart, decision.why)
-        w.exits.append(exit_)
-        tail = w.process_tail(restarts.TOLD_LINES)  # what the dead process wrote, before its folder goes
-        with self._lock:
-            if self._closing.is_set():
-                return  # shutdown() stops what is left of it
-            self._tell(w.rank, exit_, restarts.in_window([*w.restarts, now], now), tail)
-            self._clean(w)
-            if not decision.restart:
-                w.down = decision.why
-                w.lines.append(f"nbdist: rank {w.rank} {how}; left down: {decision.why}")
-                logger.warning("nbdist: worker rank %d %s; left down: %s. %s", w.rank, how, decision.why,
-                               restarts.AFTER_DOWN)
-                return
-            w.restarts.append(now)
-            n = restarts.in_window(w.restarts, now)
-            w.lines.append(f"nbdist: rank {w.rank} {how}; starting it again ({n} of {self.max_restarts})")
-            logger.warning("nbdist: worker rank %d %s; starting it again (%d of %d)", w.rank, how, n,
-                           self.max_restarts)
-            w.joined, w.failed, w.init_id, w.rss_kb, w._halt = False, None, "", None, threading.Event()
-            try:
-                self._start(w)
-            except Exception as exc:  # it could not start: left down, its half-started kernel stopped
-                why = f"it could not be started again: {type(exc).__name__}: {exc}"
-                self._clean(w)
-                if not self._closing.is_set():  # (else shutdown() has stopped the world; nothing to report)
-                    w.down = why
-                    w.exits[-1] = replace(w.exits[-1], restarted=False, why_down=why)
-                    self._tell(w.rank, w.exits[-1], n, tail)
-
-    def report_to(self, client: StoreClient, key: Callable[[str], str]) -> None:
-        """From now on, say in the world's store how each worker's kernel that dies ended, and what became of its
-        slot (:class:`nbdist.world.exited_record.Exited`, which the ranks that lose it read); ``client``: a connection
-        of the supervisor's own, closed at shutdown; ``key``: the world's round's key of a name."""
-        self._report = (client, key)
-
-    def _tell(self, rank: int, exit_: Exit, n: int, lines: list[str]) -> None:
-        """Publish how rank ``rank``'s kernel ended (``n``: its restarts within the window, this one counted;
-        ``lines``: the last its process wrote)."""
-        if self._report is None or exit_.pid is None:
-            return
-        client, key = self._report
-        then = (f"rank {rank} was restarted ({n} of {self.max_restarts})" if exit_.restarted
-                else f"rank {rank} was left down: {exit_.why_down}; {restarts.AFTER_DOWN}")
-        told = Exited(exit_.pid, exit_.how, lines, exit_.restarted, then, exit_.at)
-        try:
-            client.set(key(keys.exited(rank)), told.to_json())
-        except StoreConnectionError as exc:  # the world is going: nobody is left to tell
-            logger.info("nbdist: could not say how worker rank %d ended: %s", rank, exc)
-
-    def _leave_down(self, w: Worker, why: str) -> None:
-        with self._lock:
-            if self._closing.is_set():
-                return
-            w.down = why
-            w.exits.append(Exit(time.time(), w.pid, "did not join", w.rss_kb, tuple(w.log_tail()), False, why))
-            self._clean(w)
+    def _reset(self, w: Worker) -> None:
+        super()._reset(w)
+        w.init_id, w.rss_kb, w._halt = "", None, threading.Event()
 
     def _clean(self, w: Worker) -> None:
         """Stop what is left of ``w``'s kernel (its process group, its channels) and remove its folder."""
@@ -333,29 +253,15 @@ class Workers:
 
     def rows(self) -> list[dict[str, Any]]:
         """Each worker for %dist_workers; one left down keeps the pid of its last kernel."""
-        now = time.monotonic()
         return [{"rank": w.rank, "pid": w.pid or (w.exits[-1].pid if w.exits else None), "alive": w.alive(),
-                 "joined": w.joined, "failed": w.failed, "log": w.log_tail(), "down": w.down,
-                 "after_down": restarts.AFTER_DOWN, "restarts": restarts.count(w.restarts, now, self.max_restarts),
-                 "exits": [e.line() for e in w.exits]} for w in self.workers]
-
-    def restarted(self) -> list[int]:
-        """The ranks whose kernel was started again, and runs (their namespace is new)."""
-        return [w.rank for w in self.workers if w.restarts and w.down is None]
+                 "joined": w.joined, "failed": w.failed, "log": w.log_tail(), **self.slot_row(w)} for w in self.workers]
 
     def pids(self) -> list[int]:
         return [w.pid for w in self.workers if w.pid is not None]
 
     def shutdown(self) -> None:
         """Stop the supervisor, then every worker (ask, then kill after SHUTDOWN_WAIT s), in parallel; idempotent."""
-        self._closing.set()
-        with self._lock:  # a restart under way ends first (its start is cut at the next second); none begins
-            pass
-        if self._supervisor is not None and self._supervisor is not threading.current_thread():
-            self._supervisor.join(timeout=LOOK_INTERVAL + 5)
-        report, self._report = self._report, None
-        if report is not None:
-            report[0].close()
+        self._unwatch()  # a restart under way ends first (its start is cut at the next second); none begins
 
         def one(w: Worker) -> None:
             w._halt.set()
