@@ -210,8 +210,9 @@ SKIP = {
                                              "releases_them runs it under torchrun, and tests/test_slurm.py as "
                                              "Slurm tasks",
     r"%dist_init --spawn (?:\d+|N) --slurm .*": "needs a Slurm cluster: tests/test_slurm.py::test_a_slurm_job_of_"
-                                                "followers_runs_the_walkthrough_and_is_cancelled_when_a_killed_task_"
-                                                "ends_the_world runs it on two nodes in network namespaces",
+                                                "followers_runs_the_walkthrough_and_a_task_killed_in_a_cell_or_idle_"
+                                                "comes_back_as_a_new_step_on_its_node runs it on two nodes in network "
+                                                "namespaces",
     r"%dist_init --rank 0 --world-size N --master-addr ADDR --token T":
         "the driving notebook of the launcher recipes: tests/test_follow_command.py::test_follow_exits_non_zero_"
         "with_one_line_for_each_cause runs it with a follower started by hand",

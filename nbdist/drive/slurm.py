@@ -158,7 +158,7 @@ class SlurmJob(Supervisor[Task]):
 
     def _follow(self, *flags: str) -> list[str]:
         """The command of one task: its line saying where it runs, then ``nbdist follow`` in its place."""
-        return ["sh", "-c", srunlog.WRAPPER, "sh", sys.executable, "-u", "-m", "nbdist", "follow", *flags,
+        return ["/bin/sh", "-c", srunlog.WRAPPER, "sh", sys.executable, "-u", "-m", "nbdist", "follow", *flags,
                 *shlex.split(self.init_flags)]
 
     # --- the interface of nbdist.drive.workers.Workers ----------------------------------

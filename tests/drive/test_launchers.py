@@ -115,14 +115,15 @@ def test_sbatch_reason_is_its_error_line():
                               "submission failed") == "sbatch: error: invalid partition specified: npu"
 
 
-def test_spawn_hands_max_restarts_to_local_workers_default_3_and_refuses_it_with_slurm(monkeypatch, tmp_path):
+def test_spawn_hands_max_restarts_to_local_workers_and_to_a_slurm_job_default_3(monkeypatch, tmp_path):
     assert spawn.plan(_spawn_args(), {}).followers().max_restarts == 3
     assert spawn.plan(_spawn_args(max_restarts="0"), {}).followers().max_restarts == 0
     with pytest.raises(ConfigError, match="0 or more"):
         spawn.plan(_spawn_args(max_restarts="-2"), {})
-    for name in slurm.COMMANDS:  # Slurm's followers are not started again yet: the flag says so, not silence
+    for name in slurm.COMMANDS:  # Slurm's commands on PATH (never run here)
         (tmp_path / name).write_text("#!/bin/sh\nexit 1\n")
         (tmp_path / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    with pytest.raises(ConfigError, match="leave it out with --slurm"):
-        spawn.plan(_spawn_args(slurm="-N 2", master_addr="10.1.2.3", max_restarts="2"), {})
+    job = spawn.plan(_spawn_args(slurm="-N 2", master_addr="10.1.2.3", max_restarts="2"), {}).followers()
+    assert isinstance(job, slurm.SlurmJob) and job.max_restarts == 2
+    assert spawn.plan(_spawn_args(slurm="-N 2", master_addr="10.1.2.3"), {}).followers().max_restarts == 3
