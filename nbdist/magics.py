@@ -14,7 +14,7 @@ from IPython.display import display
 
 from . import config, magicflags
 from .backend import doctor, envplan, setup
-from .cell import cellerror, cells, outcome_view
+from .cell import cellerror, cells, names, outcome_view
 from .drive import follow, restarts, spawn
 from .errors import ConfigError, NbdistError
 from .magicflags import argument, cell_magic, line_cell_magic, line_magic, magic_arguments
@@ -217,7 +217,9 @@ class DistMagics(Magics):
             self.session.history.ended(cell, flags.ranks, outcome)
         world = self.session.world
         assert world is not None  # collective() required it
-        error = cellerror.error_for(world, outcome)
+        shell = self.shell
+        assert shell is not None
+        error = cellerror.error_for(world, outcome, lambda: names.user_names(shell.user_ns, shell.user_ns_hidden))
         if error is not None:
             raise error
 
