@@ -234,7 +234,8 @@ class Workers:
                     logger.warning("nbdist: watching worker rank %d: %r", w.rank, exc)
 
     def _look(self, w: Worker) -> None:
-        if w.down is not None or w.manager is None or not (w.joined or w.restarts):
+        if w.down is not None or w.manager is None or not restarts.watched(w.joined, bool(w.restarts),
+                                                                          self._report is not None):
             return  # left down, or still joining the first time (the spawn's own wait watches that)
         if w.alive():
             w.sample_memory()
@@ -281,7 +282,8 @@ class Workers:
     def report_to(self, client: StoreClient, key: Callable[[str], str]) -> None:
         """From now on, say in the world's store how each worker's kernel that dies ended, and what became of its
         slot (:class:`nbdist.world.exited_record.Exited`, which the ranks that lose it read); ``client``: a connection
-        of the supervisor's own, closed at shutdown; ``key``: the world's round's key of a name."""
+        of the supervisor's own, closed at shutdown; ``key``: the world's round's key of a name. It is called once
+        the world formed: from then on every worker is watched (:func:`nbdist.drive.restarts.watched`)."""
         self._report = (client, key)
 
     def _tell(self, rank: int, exit_: Exit, n: int, lines: list[str]) -> None:
