@@ -13,6 +13,7 @@ from IPython.display import display
 
 from . import config
 from .cell import cells
+from .divergemagics import DivergeMagics
 from .errors import ConfigError
 from .heal import replay, sync
 from .magicflags import argument, line_magic, magic_arguments
@@ -108,7 +109,7 @@ class HealMagics(Magics):
             self.dist._run(plan.body, cells.Flags(config.TIMEOUTS["barrier"], ranks=plan.ranks), kept=False)
         self.session.history.answered(plan.answers)
 
-CLASSES = (DistMagics, HealMagics)  # every class of nbdist's magics, as %load_ext registers them
+CLASSES = (DistMagics, HealMagics, DivergeMagics)  # every class of nbdist's magics, as %load_ext registers them
 
 
 def magic_function(kind: str, name: str) -> Any:
