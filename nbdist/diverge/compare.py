@@ -337,7 +337,8 @@ def words(verdicts: Sequence[Verdict]) -> str:
 def command(names: Sequence[str], rng: bool, atol: float | None, rtol: float | None) -> str:
     """The body of ``%dist_compare NAME... [--rng] [--atol X] [--rtol Y]``; refuses (ConfigError) a name that is not a
     dotted name of the namespace, nothing to compare, or a negative tolerance."""
-    bad = [n for n in names if not all(part.isidentifier() for part in n.split("."))]
+    bad = [n for n in names if not n.split(".")[0].isidentifier()
+           or not all(part.isidentifier() or part.isdigit() for part in n.split(".")[1:])]  # net.0: a submodule
     if bad:
         raise ConfigError(f"%dist_compare compares names of the notebook's namespace (a.b for an attribute), not "
                           f"{', '.join(map(repr, bad))}")
