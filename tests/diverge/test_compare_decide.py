@@ -67,15 +67,16 @@ def test_entries_are_named_as_a_person_writes_them(path, name):
     assert entry_name(path) == name
 
 
-@pytest.mark.parametrize(("flat", "shape", "text"), [(5, (2, 3), "[1, 2]"), (0, (4,), "[0]"), (7, (2, 2, 2), "[1, 1, 1]"),
-                                                      (0, (), "[]")])
+@pytest.mark.parametrize(("flat", "shape", "text"), [(5, (2, 3), "[1, 2]"), (0, (4,), "[0]"),
+                                                     (7, (2, 2, 2), "[1, 1, 1]"), (0, (), "[]")])
 def test_a_flat_index_is_shown_as_the_tensors_own(flat, shape, text):
     assert index_text(flat, shape) == text
 
 
 @pytest.mark.parametrize(("held", "headline"), [
     ([model(WEIGHT, bias("b"))] * 4, "m: alike on ranks 0-3 (2 entries)"),
-    ([model(WEIGHT, bias("b")), model(WEIGHT, bias("b")), NONE], "m: missing on rank 2; alike on ranks 0,1 (2 entries)"),
+    ([model(WEIGHT, bias("b")), model(WEIGHT, bias("b")), NONE],
+     "m: missing on rank 2; alike on ranks 0,1 (2 entries)"),
     ([tensor("t"), tensor("t"), Held(VALUE, "list"), tensor("t")],
      "m: a value on rank 2; alike on ranks 0,1,3 (1 entry)"),
     ([NONE, NONE], "m: no rank holds it"),
