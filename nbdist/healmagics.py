@@ -13,6 +13,7 @@ from IPython.display import display
 
 from . import config
 from .cell import cells
+from .divergemagics import DivergeMagics
 from .errors import ConfigError
 from .heal import replay, sync
 from .magicflags import argument, line_magic, magic_arguments
@@ -124,7 +125,7 @@ def replay_here(shell: Any) -> None:
         history.joined_after = None  # answered: a second %dist_replay has nothing to do here
 
 
-CLASSES = (DistMagics, HealMagics)  # every class of nbdist's magics, as %load_ext registers them
+CLASSES = (DistMagics, HealMagics, DivergeMagics)  # every class of nbdist's magics, as %load_ext registers them
 
 
 def magic_function(kind: str, name: str) -> Any:

@@ -127,6 +127,10 @@ SKIP = {
     r"%dist_sync(?: .*)?": "needs a rank that lost its state: tests/test_sync.py::test_dist_sync_copies_tensors_module_"
                    "and_optimizer_state_and_values_and_says_what_it_did_not runs it",
     r"%dist_replay(?: .*)?": "needs a spawned worker started again: tests/test_restart.py runs it",
+    r"%dist_compare(?: .*)?": "needs ranks that hold different values: tests/test_compare.py runs it at 4 driven "
+                              "ranks and 2 peers",
+    r"python benchmarks/compare\.py(?: .*)?": "a benchmark of minutes (4 spawned ranks, a 10M-parameter model, DDP "
+                                             "rounds); what it measures is tested in tests/test_compare.py",
     r"python benchmarks/store_ops\.py(?: .*)?": "a benchmark of a minute with 16 spawned ranks; its counters are "
                                                "tested in tests/world/test_store_counts.py",
     r"python benchmarks/driven_cells\.py(?: .*)?": "a benchmark of minutes, with ipyparallel beside nbdist; the "
