@@ -37,6 +37,7 @@ from .cell.stops import Stops
 from .cell.turn import Turn
 from .config import HEARTBEAT_INTERVAL, WorldConfig, spawned
 from .debug import aids, postmortem
+from .diverge import oplog
 from .drive import follow
 from .drive.driving import KernelDrive
 from .drive.slurm import SlurmJob
@@ -369,7 +370,7 @@ class Session:
                                  rebuild=lambda n: self.rebuild_process_group(f"t{n}", n),
                                  turn=self.turn, state=self.group_state(world, gen), stopper=self.stopper,
                                  driver=driver, draw_live=self.process == "kernel",
-                                 run_body=self.run_body if note is None else cells.noted(self.run_body, note),
+                                 run_body=self._body_runner(flags, note),
                                  keep=self.kept.body_ended, aids=self.aids, shows_table=shows_table)
         except StoreConnectionError as exc:
             marker = world.client.marker
@@ -378,6 +379,13 @@ class Session:
             failure = StoreConnectionError(f"lost contact with {owner}: {exc}")
             cells.cut_short(failure, cells.partial_of(exc))
             raise failure from exc
+
+    def _body_runner(self, flags: cells.Flags, note: str | None) -> Callable[[cells.Body], cells.Ran]:
+        """How this cell's body runs: opening with ``note``; under ``--find-divergence``, recorded and compared."""
+        run_body = self.run_body if note is None else cells.noted(self.run_body, note)
+        if not flags.find_divergence:
+            return run_body
+        return cells.around(run_body, lambda: oplog.find_divergence(flags.replicas))
 
     def _activate(self, checker: Any) -> None:
         self.hooks.active = checker
