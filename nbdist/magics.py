@@ -173,6 +173,12 @@ class DistMagics(Magics):
                                             "output is alike (default: %%dist_config view=, else groups past 4 "
                                             "ranks or when the columns would be too wide)")
     @argument("--show", metavar="RANKS", help="show only these ranks' columns, e.g. 0-3 (every rank still runs)")
+    @argument("--find-divergence", action="store_true",
+              help="record every operation the body runs (forward, backward, collectives) with its output's hash, "
+                   "then name the first whose output differs between ranks, its line and the ranks holding each "
+                   "hash (torch's DebugMode; the first 100,000 operations)")
+    @argument("--replicas", metavar="RANKS", help="with --find-divergence: the ranks that must agree, e.g. 0,1 "
+                                                  "(default: every rank)")
     @cell_magic
     def collective(self, line: str, cell: str) -> None:
         """Run this cell on every rank in lockstep; show every rank's output side by side.

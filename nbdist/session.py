@@ -37,6 +37,7 @@ from .cell.stops import Stops
 from .cell.turn import Turn
 from .config import HEARTBEAT_INTERVAL, WorldConfig, spawned
 from .debug import aids, postmortem
+from .diverge import oplog
 from .drive import follow
 from .drive.driving import KernelDrive
 from .drive.slurm import SlurmJob
@@ -371,7 +372,7 @@ class Session:
                                  rebuild=lambda n: self.rebuild_process_group(f"t{n}", n),
                                  turn=self.turn, state=self.group_state(world, gen), stopper=self.stopper,
                                  driver=driver, draw_live=self.process == "kernel",
-                                 run_body=self._body(note),
+                                 run_body=self._body(flags, note),
                                  keep=self.kept.body_ended, aids=self.aids, shows_table=shows_table)
         except StoreConnectionError as exc:
             marker = world.client.marker
@@ -381,10 +382,12 @@ class Session:
             cells.cut_short(failure, cells.partial_of(exc))
             raise failure from exc
 
-    def _body(self, note: str | None) -> Callable[[cells.Body], cells.Ran]:
-        """How this cell's body runs: opening with ``note``; in a kernel that took over a slot, its NameError
-        carrying the names it holds (:mod:`nbdist.cell.names`)."""
+    def _body(self, flags: cells.Flags, note: str | None) -> Callable[[cells.Body], cells.Ran]:
+        """How this cell's body runs: opening with ``note``; under ``--find-divergence``, recorded and compared; in
+        a kernel that took over a slot, its NameError carrying the names it holds (:mod:`nbdist.cell.names`)."""
         run_body = self.run_body if note is None else cells.noted(self.run_body, note)
+        if flags.find_divergence:
+            run_body = cells.around(run_body, lambda: oplog.find_divergence(flags.replicas))
         if not self.cell_turn.took_over:
             return run_body
         shell = self.shell

@@ -189,6 +189,9 @@ SKIP = {
     r"%dist_debug(?: .*)?": "rebuilds the process group on every rank: tests/test_debug.py::"
                             "test_dist_debug_on_in_one_notebook_rebuilds_every_rank_with_detail_and_off_puts_back_"
                             "what_was_there runs it",
+    r"%%collective --find-divergence": "tests/diverge/test_oplog_kernels.py runs it at 4 ranks",
+    r"python benchmarks/find_divergence\.py(?: .*)?": "a benchmark of about a minute; the script and its flags are "
+                                                      "checked",
     r"%%collective --trace": "tests/test_cheap_checks.py::"
                              "test_trace_records_every_collective_in_order_and_names_the_late_rank runs it",
     r"python examples/what_you_see/make_debug_screenshots\.py": "needs Chromium, Playwright, JupyterLab and a "
