@@ -5,6 +5,9 @@ Modes (each on a world of its own, real kernels through jupyter_client, gloo on 
 - ``lockstep2``, ``lockstep4``: one kernel per rank, every cell run in every kernel;
 - ``driven``: one kernel that ran ``%dist_init --spawn 3`` (two worker kernels follow it);
 - ``plain``: two kernels running plain cells that call collectives (no ``%%collective``);
+- ``kills``: a driven world (``--spawn 3``, restarts unbounded) whose worker kernels are also killed with SIGKILL,
+  in a loop of ``all_reduce`` or between cells: the cell must end on the driver within 10 s (issue 47), and the
+  worker must be started again and join before the normal cell (``kill``, ``kill_idle``; not a default mode);
 - ``presses``: the acceptance check: the stop button at a random moment on a random rank, during
   loops of ``all_reduce`` in ``%%collective`` cells on two ranks.
 
@@ -58,10 +61,13 @@ from nbdist.errors import ConfigError  # noqa: E402
 from nbdist.world import netinfo  # noqa: E402
 
 STOP_WITHIN = 2.0  # seconds the stop button may take to end the cell on every rank
+KILL_WITHIN = 10.0  # seconds a worker's death may take to end the driver's cell (issue 47)
+REJOIN_WITHIN = 120.0  # seconds a killed worker gets to be started again and join
 FAULT_DEADLINE = 60.0  # seconds a fault's cell may take to end on every rank (a hang, past it)
 NORMAL_DEADLINE = 60.0
 AFTER_HANG = 45.0  # seconds a hung cell's reply is still awaited, for what it says
 SESSION = "get_ipython().magics_manager.registry['DistMagics'].session"
+SLOTS = f"[(w.rank, w.pid, w.joined, w.down) for w in {SESSION}.workers.workers]"  # a driver's worker slots
 LOOP = ("%%collective --timeout 60\nimport time\nfor _ in range(2000):\n    t = torch.ones(1)\n"
         "    dist.all_reduce(t)\n    time.sleep(0.002)\n")
 PLAIN_LOOP = LOOP.split("\n", 1)[1]  # the same loop in a plain cell
@@ -92,14 +98,15 @@ class Figures:
                 "notes": self.notes[:10]}
 
 
-    def ended_from(self, cells: list[Cell], since: float, what: str, stop: bool) -> bool:
-        """Record how long the fault's cells took to end from ``since``; False if one never ended (a hang)."""
+    def ended_from(self, cells: list[Cell], since: float, what: str, stop: bool, within: float = STOP_WITHIN) -> bool:
+        """Record how long the fault's cells took to end from ``since``; False if one never ended (a hang).
+        ``stop``: the fault is one that must end them within ``within`` s (else it counts as slow)."""
         if not wait_all(cells, FAULT_DEADLINE + 5):
             self.hangs += 1
             self.notes.append(f"{what}: a cell never ended")
             return False
         self.ended.append(max(c.ended for c in cells) - since)
-        if stop and self.ended[-1] > STOP_WITHIN:
+        if stop and self.ended[-1] > within:
             self.slow += 1
             self.notes.append(f"{what}: {self.ended[-1]:.2f} s to end")
             for i, c in enumerate(cells):  # which rank ended late, and what its cell said: for its replay
@@ -175,15 +182,17 @@ class World:
     def __init__(self, mode: str) -> None:
         self.mode = mode
         self.port = free_port()
-        n = {"lockstep2": 2, "lockstep4": 4, "driven": 1, "plain": 2, "presses": 2}[mode]
+        n = {"lockstep2": 2, "lockstep4": 4, "driven": 1, "kills": 1, "plain": 2, "presses": 2}[mode]
         self.kernels = kernels.start(n)
-        self.ranks = 3 if mode == "driven" else n
+        self.ranks = 3 if mode in ("driven", "kills") else n
         self.checks = 0
+        self.killed: int | None = None  # the worker kernel the last fault killed
         for r in kernels.execute_all(self.kernels, "%load_ext nbdist", timeout=60):
             assert r.status == "ok", r.error
         self.token: str | None = None
-        if mode == "driven":
-            r = self.kernels[0].execute(f"%dist_init --spawn 3 --master-port {self.port}", timeout=180,
+        if mode in ("driven", "kills"):
+            restarts = " --max-restarts 100000" if mode == "kills" else ""
+            r = self.kernels[0].execute(f"%dist_init --spawn 3 --master-port {self.port}{restarts}", timeout=180,
                                         user_expressions={"t": f"{SESSION}.config.token"})
             assert r.status == "ok", r.error
             self.token = ast.literal_eval(r.expression("t"))  # read now: a busy kernel answers only after its cell
@@ -240,6 +249,36 @@ class World:
 
     def interrupt(self, which: int) -> None:
         self.kernels[which].interrupt()
+
+    def workers(self) -> list[int]:
+        """The pids of the driving kernel's worker kernels now (from /proc: the driver may be busy in a cell)."""
+        return _kernel_children(getattr(self.kernels[0].manager.provisioner, "pid", None))
+
+    def kill_worker(self, rng: random.Random) -> int | None:
+        """SIGKILL one worker kernel, drawn at random; its pid (None if there was none to kill)."""
+        pids = self.workers()
+        if not pids:
+            return None
+        pid = rng.choice(pids)
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def rejoined(self, killed: int, figures: Figures) -> bool:
+        """Wait until every worker slot holds a live kernel other than ``killed`` that joined, as the driver's
+        supervisor restarts it; False (noted) if not within REJOIN_WITHIN s, or a slot was left down."""
+        deadline = time.monotonic() + REJOIN_WITHIN
+        slots: list[Any] = []
+        while time.monotonic() < deadline:
+            r = self.kernels[0].execute("1", user_expressions={"s": SLOTS}, timeout=30)
+            slots = ast.literal_eval(r.expression("s"))
+            if any(down is not None for _, _, _, down in slots):
+                break
+            if all(pid not in (None, killed) and joined for _, pid, joined, _ in slots):
+                return True
+            time.sleep(0.3)
+        figures.out_of_step += 1
+        figures.notes.append(f"worker {killed} was not started again and joined: {slots}")
+        return False
 
     def normal(self, figures: Figures) -> bool:
         """A normal cell on every rank: True if it ran everywhere with every rank's line in every table."""
@@ -303,6 +342,14 @@ def fault_cells(kind: str, world: World, rng: random.Random) -> tuple[list[str],
                 stop_everyone(world)
 
         return [LOOP] * len(world.kernels), press
+    elif kind == "kill":
+        delay = rng.uniform(0.05, 1.0)
+
+        def kill() -> None:
+            time.sleep(delay)
+            world.killed = world.kill_worker(rng)
+
+        return [LOOP] * len(world.kernels), kill
     else:
         raise ValueError(kind)
     assert same and n
@@ -360,15 +407,19 @@ def soak_mode(mode: str, count: int, seed: int, check_every: int = 5) -> Figures
                 if (press + 1) % check_every == 0 and not world.normal(figures):
                     break
             return figures
-        kinds = (["stop", "skip"] if mode == "plain" else
+        kinds = (["stop", "skip"] if mode == "plain" else ["kill", "kill_idle", "raise", "stop"] if mode == "kills" else
                  ["raise", "shape", "skip", "stop", "max_time", "dist_stop"] + (["different"] if mode != "driven"
                                                                                  else []))
         for _ in range(count):
             kind = rng.choice(kinds)
             figures.faults += 1
             figures.by_kind[kind] = figures.by_kind.get(kind, 0) + 1
+            world.killed = None
             if mode == "plain":
                 plain_fault(kind, world, rng, figures)
+            elif kind == "kill_idle":
+                time.sleep(rng.uniform(0.0, 1.0))
+                world.killed = world.kill_worker(rng)
             else:
                 codes, during = fault_cells(kind, world, rng)
                 started = time.monotonic()
@@ -376,9 +427,12 @@ def soak_mode(mode: str, count: int, seed: int, check_every: int = 5) -> Figures
                 if during is not None:
                     during()
                     started = time.monotonic()
-                if not figures.ended_from(cells, started, kind, stop=kind in ("stop", "dist_stop")):
+                if not figures.ended_from(cells, started, kind, stop=kind in ("stop", "dist_stop", "kill"),
+                                          within=KILL_WITHIN if kind == "kill" else STOP_WITHIN):
                     world.hung(cells, f"fault {figures.faults} ({kind})")
                     break
+            if world.killed is not None and not world.rejoined(world.killed, figures):
+                break
             if not world.normal(figures):
                 if figures.hangs:
                     break
@@ -411,7 +465,8 @@ def fuzz_everything(fuzz: config.StoreFuzz | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--modes", nargs="+", default=["presses", "lockstep2", "lockstep4", "driven", "plain"])
+    parser.add_argument("--modes", nargs="+", default=["presses", "lockstep2", "lockstep4", "driven", "plain"],
+                        help="modes to run (default: all but kills; kills: workers killed and restarted)")
     parser.add_argument("--faults", type=int, default=150, help="faults per mode (default 150)")
     parser.add_argument("--presses", type=int, default=200, help="stop presses per seed (default 200)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[335], help="seeds (default 335)")
@@ -441,8 +496,8 @@ def main(argv: list[str] | None = None) -> int:
             f = soak_mode(mode, args.presses if mode == "presses" else args.faults, seed, args.check_every)
             row = {**f.row(), "seed": seed, "fuzz": fuzz}
             rows.append(row)
-            figures.append(soak_figure(f, seed, fuzz))
             print(json.dumps(row), flush=True)
+            figures.append(soak_figure(f, seed, fuzz))
     summary = {"rows": rows, "seconds": round(time.monotonic() - started, 1), "load": os.getloadavg()[0],
                "date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores", "fuzz": fuzz}
     if args.json:
@@ -468,7 +523,10 @@ def soak_figure(f: Figures, seed: int, fuzz: str | None = None) -> dict[str, Any
     """One mode's headline figure, for the docs: seconds from a fault to the end of its cell, and what went wrong."""
     counts = f"hangs {f.hangs}, worlds out of step {f.out_of_step}, outputs lost {f.lost}, stops over 2 s {f.slow}"
     fuzzed = f", store fuzz {fuzz}" if fuzz else ""
+    if f.mode == "kills":
+        counts += f" (a kill's: over {KILL_WITHIN:g} s)"
     return figure(f"{f.mode}, seed {seed}{fuzzed}: fault to end of cell ({f.faults} faults; {counts})", f.ended, "s",
+                  median=None if f.ended else float("nan"),
                   spread="min–max", target="no hang, none out of step, nothing lost, no slow stop",
                   met=not (f.hangs or f.out_of_step or f.lost or f.slow))
 

@@ -14,8 +14,8 @@ from ._version import __version__
 if TYPE_CHECKING:
     from .view.pictures import Picture
 
-__all__ = ["__version__", "breakpoint", "get_device", "last_trace", "load_ipython_extension", "picture",
-           "rank_output", "show", "unload_ipython_extension"]
+__all__ = ["__version__", "breakpoint", "check_replicas", "get_device", "last_trace", "load_ipython_extension",
+           "picture", "rank_output", "show", "unload_ipython_extension"]
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -42,6 +42,18 @@ def breakpoint(ranks: str | int | list[int] | None = None) -> None:  # noqa: A00
     from .debug.breakpoints import breakpoint as stop
 
     stop(ranks, sys._getframe(1))
+
+
+def check_replicas(model: Any, optimizer: Any = None, every: int = 1) -> None:
+    """Raise ``nbdist.errors.ReplicasDifferError`` at the first step where the ranks' ``model`` (or ``optimizer``'s
+    state) differ, naming the step, the first entry that differs and the ranks holding each value.
+
+    Call it in the training loop, on every rank, after the optimizer's step: it counts its calls as steps, and at
+    the first and every ``every``-th after compares the ranks' digests with one small collective (no data moves).
+    """
+    from .diverge.replicas import check_replicas as check
+
+    check(model, optimizer, every)
 
 
 def get_device() -> Any:

@@ -118,6 +118,20 @@ class ReplayError(NbdistError, RuntimeError):
     """A cell that %dist_replay ran again on a restarted rank raised there; the cells after it were not run."""
 
 
+class ReplicasDifferError(NbdistError, AssertionError):
+    """``nbdist.check_replicas`` found the ranks' models (or optimizers) unequal at a step: it names the step, the
+    first entry that differs and the ranks holding each value."""
+
+    def __init__(self, step: int, entry: str, ranks: str, differing: int = 1) -> None:
+        self.step, self.entry, self.ranks, self.differing = step, entry, ranks, differing
+        others = f" (and {differing - 1} more entr{'y' if differing == 2 else 'ies'})" if differing > 1 else ""
+        super().__init__(f"the replicas differ at step {step}: {entry} differs{others}: {ranks}; "
+                         f"%dist_compare NAME shows its elements by rank")
+
+    def __reduce__(self) -> tuple[type[ReplicasDifferError], tuple[int, str, str, int]]:
+        return (type(self), (self.step, self.entry, self.ranks, self.differing))
+
+
 class StopRequest(KeyboardInterrupt):
     """Base of the stops nbdist raises inside a running body: like the stop button, user code's
     ``except Exception`` does not catch them. Shown as their one-line message."""

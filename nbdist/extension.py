@@ -10,6 +10,8 @@ from IPython.core.error import UsageError
 from IPython.display import display
 
 from .cell import outcome_view
+from .divergemagics import NAME as DIVERGE_NAME
+from .divergemagics import DivergeMagics
 from .errors import NotInitializedError
 from .healmagics import NAME as HEAL_NAME
 from .healmagics import HealMagics
@@ -47,7 +49,7 @@ def bare_cell_magic_as_line(lines: list[str]) -> list[str]:
 def load(shell: Any) -> None:
     """Register the magics (``%load_ext nbdist``)."""
     magics = DistMagics(shell)
-    shell.register_magics(magics, HealMagics(shell, magics))
+    shell.register_magics(magics, HealMagics(shell, magics), DivergeMagics(shell, magics))
     if bare_cell_magic_as_line not in shell.input_transformers_cleanup:
         shell.input_transformers_cleanup.append(bare_cell_magic_as_line)
     magics.session.prestart.install(shell)
@@ -63,6 +65,7 @@ def unload(shell: Any) -> None:
     """Leave the world, stop the server and threads, remove the magics (``%unload_ext``)."""
     magics = shell.magics_manager.registry.pop(_NAME, None)
     heal = shell.magics_manager.registry.pop(HEAL_NAME, None)
+    diverge = shell.magics_manager.registry.pop(DIVERGE_NAME, None)
     if magics is None:
         return
     magics._stop_dashboard("nbdist was unloaded")
@@ -74,7 +77,7 @@ def unload(shell: Any) -> None:
     shell.input_transformers_cleanup[:] = [
         t for t in shell.input_transformers_cleanup if getattr(t, "__name__", "") != "bare_cell_magic_as_line"
     ]
-    for declared in (magics, heal):
+    for declared in (magics, heal, diverge):
         for kind, names in type(declared).magics.items() if declared is not None else ():  # every magic it declares
             for name in names:
                 shell.magics_manager.magics[kind].pop(name, None)

@@ -13,6 +13,7 @@ from IPython.display import display
 
 from . import config
 from .cell import cells
+from .divergemagics import DivergeMagics
 from .errors import ConfigError
 from .heal import replay, sync
 from .magicflags import argument, line_magic, magic_arguments
@@ -91,13 +92,19 @@ class HealMagics(Magics):
         again there (imports, model and data set-up), in order, as one %%collective --ranks step, and stops at the
         first that raises. It names the cells it leaves: those in which any rank called a collective (%dist_sync
         NAME... --from RANK copies such state from a survivor), those that failed, and --ranks cells that did not
-        run on that rank. Runs in the driving notebook (one that spawned workers or drives followers).
+        run on that rank. In a driving notebook (one that spawned workers or drives followers) it replays on the
+        workers restarted since their last replay, or on --ranks. In peer notebooks, run it in every notebook once
+        the restarted one ran %%dist_init again: the lowest surviving rank sends its record of the cells, and each
+        rank whose kernel is new runs those that ended before it joined.
         """
         args = parse_argstring(self.dist_replay, line)
         world = self.session.require_world("%dist_replay")
         if not self.session.driving.drives():
-            raise UsageError("%dist_replay runs in the driving notebook for now; in a peer notebook, its person "
-                             "runs its own cells again")
+            if args.ranks is not None:
+                raise UsageError("%dist_replay --ranks runs in a driving notebook; in peer notebooks, run "
+                                 "%dist_replay in every notebook: it replays on the ranks whose kernel is new")
+            self.dist._run(replay.SHARED, cells.Flags(config.TIMEOUTS["barrier"]), kept=False)
+            return
         try:
             plan = replay.prepare(self.session.history, args.ranks, world.world_size, world.rank,
                                   self.session.driving.restarts())
@@ -108,7 +115,17 @@ class HealMagics(Magics):
             self.dist._run(plan.body, cells.Flags(config.TIMEOUTS["barrier"], ranks=plan.ranks), kept=False)
         self.session.history.answered(plan.answers)
 
-CLASSES = (DistMagics, HealMagics)  # every class of nbdist's magics, as %load_ext registers them
+def replay_here(shell: Any) -> None:
+    """A peer notebook's ``%dist_replay`` on this rank (:func:`nbdist.heal.replay.shared`, the body every rank runs)."""
+    magics = shell.magics_manager.registry.get(NAME)
+    if magics is None:
+        raise UsageError("%dist_replay: nbdist is not loaded in this kernel")
+    history = magics.session.history
+    if replay.shared(shell, history.entries, history.joined_after):
+        history.joined_after = None  # answered: a second %dist_replay has nothing to do here
+
+
+CLASSES = (DistMagics, HealMagics, DivergeMagics)  # every class of nbdist's magics, as %load_ext registers them
 
 
 def magic_function(kind: str, name: str) -> Any:

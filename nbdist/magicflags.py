@@ -46,4 +46,21 @@ def cell_flags(args: Any, world_size: int | None) -> cells.Flags:
     return cells.Flags(seconds("--timeout", args.timeout), check=not args.no_check, same_code=not args.allow_different,
                        max_time=None if args.max_time is None else seconds("--max-time", args.max_time),
                        live=not args.no_live, trace=args.trace, ranks=cells.rank_set(args.ranks, world_size),
-                       view=args.view, show=cells.rank_set(args.show, world_size, "--show"))
+                       view=args.view, show=cells.rank_set(args.show, world_size, "--show"),
+                       **_divergence(args, world_size))
+
+
+def _divergence(args: Any, world_size: int | None) -> dict[str, Any]:
+    """``--find-divergence [--replicas SET]``, checked: the comparison is a collective of every rank after the
+    body, so every rank runs the body, and a replica set has two ranks at least."""
+    if not args.find_divergence:
+        if args.replicas is not None:
+            raise UsageError("--replicas says which ranks --find-divergence compares: give --find-divergence too")
+        return {}
+    if args.ranks is not None:
+        raise UsageError("--find-divergence compares the operations of every rank: it does not go with --ranks "
+                         "(--replicas SET says which ranks must agree)")
+    replicas = cells.rank_set(args.replicas, world_size, "--replicas")
+    if replicas is not None and len(set(replicas)) < 2:
+        raise UsageError("--replicas: name two ranks at least, e.g. 0,1")
+    return {"find_divergence": True, "replicas": replicas}

@@ -14,7 +14,7 @@ from IPython.display import display
 
 from . import config, magicflags
 from .backend import doctor, envplan, setup
-from .cell import cellerror, cells, outcome_view
+from .cell import cellerror, cells, names, outcome_view
 from .drive import follow, restarts, spawn
 from .errors import ConfigError, NbdistError
 from .magicflags import argument, cell_magic, line_cell_magic, line_magic, magic_arguments
@@ -175,6 +175,12 @@ class DistMagics(Magics):
                                             "output is alike (default: %%dist_config view=, else groups past 4 "
                                             "ranks or when the columns would be too wide)")
     @argument("--show", metavar="RANKS", help="show only these ranks' columns, e.g. 0-3 (every rank still runs)")
+    @argument("--find-divergence", action="store_true",
+              help="record every operation the body runs (forward, backward, collectives) with its output's hash, "
+                   "then name the first whose output differs between ranks, its line and the ranks holding each "
+                   "hash (torch's DebugMode; the first 100,000 operations)")
+    @argument("--replicas", metavar="RANKS", help="with --find-divergence: the ranks that must agree, e.g. 0,1 "
+                                                  "(default: every rank)")
     @cell_magic
     def collective(self, line: str, cell: str) -> None:
         """Run this cell on every rank in lockstep; show every rank's output side by side.
@@ -219,7 +225,9 @@ class DistMagics(Magics):
             self.session.history.ended(cell, flags.ranks, outcome)
         world = self.session.world
         assert world is not None  # collective() required it
-        error = cellerror.error_for(world, outcome)
+        shell = self.shell
+        assert shell is not None
+        error = cellerror.error_for(world, outcome, lambda: names.user_names(shell.user_ns, shell.user_ns_hidden))
         if error is not None:
             raise error
 

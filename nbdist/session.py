@@ -25,7 +25,7 @@ from ._version import __version__
 from .backend import backends, debugmode, envplan, setup, userinit
 from .backend.environ import Environ
 from .backend.state import BackendState
-from .cell import cells, rebuild, turn
+from .cell import cells, names, rebuild, turn
 from .cell import step as steps
 from .cell.guard import Guard, request_stop
 from .cell.hooks import Collectives
@@ -37,6 +37,7 @@ from .cell.stops import Stops
 from .cell.turn import Turn
 from .config import HEARTBEAT_INTERVAL, WorldConfig, spawned
 from .debug import aids, postmortem
+from .diverge import oplog
 from .drive import follow
 from .drive.driving import KernelDrive
 from .drive.slurm import SlurmJob
@@ -218,6 +219,8 @@ class Session:
             self.rebuild_process_group("join")
         elif world.replaced.session != self.id:  # it took over another kernel's slot: its first cell says so
             self.cell_turn.first_note = cells.new_namespace(world, world.replaced, spawned())
+            self.cell_turn.took_over = True
+            self.history.joined_after = world.last_turn
         self._answer_where()
         world.notes.write("joined")
         return world.registrations()
@@ -369,7 +372,7 @@ class Session:
                                  rebuild=lambda n: self.rebuild_process_group(f"t{n}", n),
                                  turn=self.turn, state=self.group_state(world, gen), stopper=self.stopper,
                                  driver=driver, draw_live=self.process == "kernel",
-                                 run_body=self.run_body if note is None else cells.noted(self.run_body, note),
+                                 run_body=self._body(flags, note),
                                  keep=self.kept.body_ended, aids=self.aids, shows_table=shows_table)
         except StoreConnectionError as exc:
             marker = world.client.marker
@@ -378,6 +381,17 @@ class Session:
             failure = StoreConnectionError(f"lost contact with {owner}: {exc}")
             cells.cut_short(failure, cells.partial_of(exc))
             raise failure from exc
+
+    def _body(self, flags: cells.Flags, note: str | None) -> Callable[[cells.Body], cells.Ran]:
+        """How this cell's body runs: opening with ``note``; under ``--find-divergence``, recorded and compared; in
+        a kernel that took over a slot, its NameError carrying the names it holds (:mod:`nbdist.cell.names`)."""
+        run_body = self.run_body if note is None else cells.noted(self.run_body, note)
+        if flags.find_divergence:
+            run_body = cells.around(run_body, lambda: oplog.find_divergence(flags.replicas))
+        if not self.cell_turn.took_over:
+            return run_body
+        shell = self.shell
+        return names.holding(run_body, lambda: names.user_names(shell.user_ns, shell.user_ns_hidden))
 
     def _activate(self, checker: Any) -> None:
         self.hooks.active = checker

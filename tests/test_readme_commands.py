@@ -127,6 +127,10 @@ SKIP = {
     r"%dist_sync(?: .*)?": "needs a rank that lost its state: tests/test_sync.py::test_dist_sync_copies_tensors_module_"
                    "and_optimizer_state_and_values_and_says_what_it_did_not runs it",
     r"%dist_replay(?: .*)?": "needs a spawned worker started again: tests/test_restart.py runs it",
+    r"%dist_compare(?: .*)?": "needs ranks that hold different values: tests/test_compare.py runs it at 4 driven "
+                              "ranks and 2 peers",
+    r"python benchmarks/compare\.py(?: .*)?": "a benchmark of minutes (4 spawned ranks, a 10M-parameter model, DDP "
+                                             "rounds); what it measures is tested in tests/test_compare.py",
     r"python benchmarks/store_ops\.py(?: .*)?": "a benchmark of a minute with 16 spawned ranks; its counters are "
                                                "tested in tests/world/test_store_counts.py",
     r"python benchmarks/driven_cells\.py(?: .*)?": "a benchmark of minutes, with ipyparallel beside nbdist; the "
@@ -185,10 +189,16 @@ SKIP = {
     r"%dist_debug(?: .*)?": "rebuilds the process group on every rank: tests/test_debug.py::"
                             "test_dist_debug_on_in_one_notebook_rebuilds_every_rank_with_detail_and_off_puts_back_"
                             "what_was_there runs it",
+    r"%%collective --find-divergence": "tests/diverge/test_oplog_kernels.py runs it at 4 ranks",
+    r"python benchmarks/find_divergence\.py(?: .*)?": "a benchmark of about a minute; the script and its flags are "
+                                                      "checked",
     r"%%collective --trace": "tests/test_cheap_checks.py::"
                              "test_trace_records_every_collective_in_order_and_names_the_late_rank runs it",
     r"python examples/what_you_see/make_debug_screenshots\.py": "needs Chromium, Playwright, JupyterLab and a "
                                                                 "--spawn 8 world: run by hand, its pictures committed",
+    r"python examples/what_you_see/make_restart_screenshots\.py": "needs Chromium, Playwright, JupyterLab and a "
+                                                                  "--spawn 2 world: run by hand, its pictures "
+                                                                  "committed",
     r"python examples/what_you_see/make_trace_screenshot\.py": "needs Chromium, Playwright and JupyterLab (the lab "
                                                                "extra); it took examples/what_you_see/trace.png",
     r"python benchmarks/bench_vs_raw\.py(?: .*)?": "a benchmark of minutes; the script and its flags are checked",

@@ -95,6 +95,9 @@ def test_a_worker_killed_while_idle_is_started_again_and_the_world_goes_on_with_
     assert "sum 2.0 kept 7" in text, text  # both ranks met in the collective; rank 0's variable is intact
     assert "name 'kept' is not defined" in text, text
     assert f"this kernel took over rank 1's slot from pid {pid}" in text and "its namespace is new" in text, text
+    # Issue 47, item 3: the error names what the survivor holds and the new kernel lacks (it made `t` itself).
+    said = r.error["evalue"]
+    assert "(its kernel is new, and it lacks 1 name this notebook holds: kept; %dist_replay runs again" in said, said
     r = driver.execute("%%collective\nt = torch.ones(1)\ndist.all_reduce(t)\nprint('again', t.item())", timeout=60)
     assert r.status == "ok" and r.text().count("again 2.0") >= 1, (r.error, r.text())
     shown = driver.execute("%dist_workers", timeout=30).text()
@@ -134,6 +137,25 @@ def test_with_max_restarts_0_a_killed_worker_is_left_down_and_dist_workers_says_
     shown = driver.execute("%dist_workers", timeout=30).text()
     assert "left down: restarts are off (--max-restarts 0)" in shown and "SIGKILL" in shown, shown
     assert f"pid: {pid}" in shown and "%dist_init --spawn N again" in shown and "node:" not in shown, shown
+    assert driver.execute("%dist_destroy", timeout=60).status == "ok"
+
+
+def test_a_worker_that_keeps_dying_is_left_down_after_max_restarts_and_the_survivors_are_told(driver):
+    """Issue 47, items 1 and 7: a crash loop (an out-of-memory kill each time it comes back) ends: with
+    --max-restarts 1 the second death within the window leaves the rank down, and the cell names it."""
+    pid = spawn_and_fill(driver, "--max-restarts 1")
+    os.kill(pid, signal.SIGKILL)
+    ((_, again, _, _),) = wait_for(driver, "the worker is started again and joins",
+                                   lambda s: s[0][1] not in (None, pid) and s[0][2] and s[0][3] is None)
+    os.kill(again, signal.SIGKILL)
+    ((_, _, _, down),) = wait_for(driver, "the worker is left down", lambda s: s[0][3] is not None)
+    assert down == "it died 2 times within 10 minutes (--max-restarts 1)", down
+    wait_gone([pid, again], 15)
+    r = driver.execute(COLLECTIVE, timeout=60)
+    assert r.status == "error" and r.error["ename"] == "PeerLostError", r.error
+    assert f"pid {again}) is gone: its kernel was killed by SIGKILL" in r.error["evalue"], r.error
+    shown = driver.execute("%dist_workers", timeout=30).text()
+    assert "left down: it died 2 times within 10 minutes" in shown and shown.count("SIGKILL") >= 2, shown
     assert driver.execute("%dist_destroy", timeout=60).status == "ok"
 
 

@@ -2,7 +2,8 @@
 
 Owns one rank's turn at a step, its phases and how a step ends early
 (``turn``), the one driver every kind of step runs through (``step``), a ``%%collective``'s part in it
-(``cells``) and the error it ends with (``cellerror``), what the last rank at a cell's end
+(``cells``) and the error it ends with (``cellerror``; ``names``: what a kernel that took over a slot
+lacks, said with its NameError), what the last rank at a cell's end
 finds for every rank and whose records each rank reads there (``ending``), running and capturing the body
 (``capture``, ``outputlog``, ``progress``), checking collectives
 (``fingerprint``, ``history``, ``hooks``), a rank's stop state in one object (``stops``), watching and

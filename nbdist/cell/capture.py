@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import base64
 import bdb
+import contextlib
 import functools
 import io
 import sys
@@ -19,6 +20,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
@@ -204,16 +206,19 @@ def _transformed(transform: Any, source: str) -> str:
 
 
 Keep = Callable[[BaseException | None, TracebackType | None], None]  # told how a body ended (%dist_pdb keeps it)
+Around = Callable[[], AbstractContextManager[Any]]  # a context the body's code runs in; what it prints is the body's
 
 
-def run_cell(shell: Any, source: str, log: OutputLog | None = None, keep: Keep | None = None) -> Capture:
+def run_cell(shell: Any, source: str, log: OutputLog | None = None, keep: Keep | None = None,
+             around: Around | None = None) -> Capture:
     """Run ``source`` in the user's namespace like IPython would; return what it produced.
 
     The capture has ``outputs`` (stream text and displays in the order they came,
     see :mod:`nbdist.cell.outputlog`), ``result`` (mime bundle of the last
     expression), ``error`` (or None) and ``wall``. ``log`` lets a watcher
     read the outputs while the body runs. ``keep`` is told the body's exception and its traceback from the
-    cell's own frames (None, None: it raised nothing).
+    cell's own frames (None, None: it raised nothing). ``around`` makes a context the code runs in (its last
+    expression too); what it prints as it ends is the body's output, before the result.
     """
     log = OutputLog() if log is None else log
     stdout, stderr = routed_streams()
@@ -224,7 +229,7 @@ def run_cell(shell: Any, source: str, log: OutputLog | None = None, keep: Keep |
     start = time.perf_counter()
     wall = 0.0
     try:
-        error, result, wall = _run_body(shell, source, log, stdout, stderr, saved, start, keep)
+        error, result, wall = _run_body(shell, source, log, stdout, stderr, saved, start, keep, around)
     except BaseException as late:  # noqa: BLE001
         # A stop (--max-time, a stop of every rank) signalled while the body was ending lands here, in
         # nbdist's own bookkeeping: it is the body's error, so this rank still reaches the cell's end.
@@ -235,7 +240,8 @@ def run_cell(shell: Any, source: str, log: OutputLog | None = None, keep: Keep |
 
 
 def _run_body(shell: Any, source: str, log: OutputLog, stdout: Any, stderr: Any, saved: Any,
-              start: float, keep: Keep | None) -> tuple[Raised | None, dict[str, str] | None, float]:
+              start: float, keep: Keep | None,
+              around: Around | None = None) -> tuple[Raised | None, dict[str, str] | None, float]:
     result: dict[str, str] | None = None
     error = None
     failed: BaseException | None = None
@@ -244,7 +250,7 @@ def _run_body(shell: Any, source: str, log: OutputLog, stdout: Any, stderr: Any,
         transformed = "\n" + _transformed(shell.transform_cell, source)
         filename = shell.compile.cache(transformed, shell.execution_count, raw_code="\n" + source)
         tree, last = _split_last_expression(ast.parse(transformed, filename))
-        with progress.TextBars():
+        with progress.TextBars(), (contextlib.nullcontext() if around is None else around()):
             exec(compile(tree, filename, "exec"), shell.user_ns)  # noqa: S102 (the user's own cell)
             value = None if last is None else eval(compile(last, filename, "eval"), shell.user_ns)  # noqa: S307
         if value is not None and not source.rstrip().endswith(";"):

@@ -9,7 +9,7 @@ another rank's error.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .. import errors
 from ..errors import (
@@ -24,16 +24,18 @@ from ..errors import (
 from ..world.capture_record import Raised
 from ..world.world import World
 from .cells import Outcome
+from .names import lacking
 from .watch import SERVER
 
 Own = Raised | None  # this rank's error, as its capture holds it (None: it raised nothing)
-Rule = Callable[[World, Outcome, Own], BaseException | None]
+Ours = Callable[[], Iterable[str]]  # the names this notebook's namespace holds (asked for only when needed)
+Rule = Callable[[World, Outcome, Own, Ours], BaseException | None]
 
 # Who cut the cell short, when the rank that failed first raised nothing of nbdist's own.
 _CUT_BY: dict[str, type[NbdistError]] = {"lost": PeerLostError, SERVER: StoreConnectionError}
 
 
-def _stopped_here(world: World, outcome: Outcome, own: Own) -> BaseException | None:
+def _stopped_here(world: World, outcome: Outcome, own: Own, ours: Ours) -> BaseException | None:
     """This rank's stop button, or ``q`` in its debugger (a driven rank's: the cell ended, not following)."""
     if own is None or not own.interrupted:
         return None
@@ -45,12 +47,12 @@ def _stopped_here(world: World, outcome: Outcome, own: Own) -> BaseException | N
     return stopped
 
 
-def _raised_here(world: World, outcome: Outcome, own: Own) -> BaseException | None:
+def _raised_here(world: World, outcome: Outcome, own: Own, ours: Ours) -> BaseException | None:
     """This rank's own error, not one that followed from a stop elsewhere."""
     return _own_error(world, own) if own is not None and not own.consequence else None
 
 
-def _cut_by_another(world: World, outcome: Outcome, own: Own) -> BaseException | None:
+def _cut_by_another(world: World, outcome: Outcome, own: Own, ours: Ours) -> BaseException | None:
     """Another rank's failure cut the cell short: its nbdist error, the same on every rank, or what cut it."""
     reason = outcome.reason
     if reason is None or reason.rank == world.rank:
@@ -65,17 +67,17 @@ def _cut_by_another(world: World, outcome: Outcome, own: Own) -> BaseException |
         f"{reason.message} (this rank's cell was stopped; its column shows where)")
 
 
-def _followed_here(world: World, outcome: Outcome, own: Own) -> BaseException | None:
+def _followed_here(world: World, outcome: Outcome, own: Own, ours: Ours) -> BaseException | None:
     """This rank's own error that followed from its own stop (nothing cut the cell elsewhere)."""
     return _own_error(world, own) if own is not None else None
 
 
-def _mismatched(world: World, outcome: Outcome, own: Own) -> BaseException | None:
+def _mismatched(world: World, outcome: Outcome, own: Own, ours: Ours) -> BaseException | None:
     """Collectives that ran but did not match across ranks (seen after the body)."""
     return CollectiveMismatchError(outcome.mismatch) if outcome.mismatch is not None else None
 
 
-def _failed_elsewhere(world: World, outcome: Outcome, own: Own) -> BaseException | None:
+def _failed_elsewhere(world: World, outcome: Outcome, own: Own, ours: Ours) -> BaseException | None:
     """Another rank's error: a stop, nbdist's own error (the same class here), or the user's, named."""
     failed = [(i, c.error) for i, c in enumerate(outcome.captures) if c is not None and c.error is not None]
     if not failed:
@@ -87,7 +89,7 @@ def _failed_elsewhere(world: World, outcome: Outcome, own: Own) -> BaseException
     if named:
         cls, first = named[0]
         return cls(first.evalue)
-    names = "; ".join(f"{world.describe(i)} raised {e.ename}: {e.evalue}" for i, e in failed)
+    names = "; ".join(f"{world.describe(i)} raised {e.ename}: {e.evalue}{lacking(e, ours)}" for i, e in failed)
     return CollectiveError(f"{names} (traceback in its column above)")
 
 
@@ -95,11 +97,12 @@ RULES: tuple[Rule, ...] = (_stopped_here, _raised_here, _cut_by_another, _follow
                            _failed_elsewhere)
 
 
-def error_for(world: World, outcome: Outcome) -> BaseException | None:
-    """The error this rank's cell must end with, if any (after the table is shown): the first rule's."""
+def error_for(world: World, outcome: Outcome, ours: Ours = tuple) -> BaseException | None:
+    """The error this rank's cell must end with, if any (after the table is shown): the first rule's. ``ours``: the
+    names this notebook holds, which another rank's ``NameError`` may say it lacks (:mod:`nbdist.cell.names`)."""
     mine = outcome.captures[world.rank]
     own = None if mine is None else mine.error
-    return next((error for rule in RULES if (error := rule(world, outcome, own)) is not None), None)
+    return next((error for rule in RULES if (error := rule(world, outcome, own, ours)) is not None), None)
 
 
 def _own_error(world: World, own: Raised) -> BaseException:

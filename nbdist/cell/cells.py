@@ -175,9 +175,11 @@ class Flags:
     ranks: tuple[int, ...] | None = None  # --ranks: the ranks that run the body (None: every rank)
     view: str | None = None  # --view (or %dist_config view=): how the tables are drawn; not compared
     show: tuple[int, ...] | None = None  # --show: the ranks whose columns the tables show; not compared
+    find_divergence: bool = False  # --find-divergence: record the body's operations and compare them
+    replicas: tuple[int, ...] | None = None  # --replicas: the ranks that must agree (None: every rank)
 
     def __post_init__(self) -> None:
-        for name in ("ranks", "show"):
+        for name in ("ranks", "show", "replicas"):
             value = getattr(self, name)
             if value is not None:  # a follower's comes as a JSON list
                 object.__setattr__(self, name, tuple(sorted(set(value))))
@@ -185,14 +187,18 @@ class Flags:
     def compared(self) -> dict[str, Any]:
         """The flags every rank must give alike, as its record at the cell's start holds them."""
         return {"no_check": not self.check, "allow_different": not self.same_code, "max_time": self.max_time,
-                "trace": self.trace, "ranks": None if self.ranks is None else ranksets.fold(self.ranks)}
+                "trace": self.trace, "ranks": None if self.ranks is None else ranksets.fold(self.ranks),
+                **({"find_divergence": True, "replicas": self.replicas and ranksets.fold(self.replicas)}
+                   if self.find_divergence else {})}
 
     def sent(self) -> dict[str, Any]:
         """The flags as a driver sends them to its followers (:meth:`received` reads them back). ``live`` is each
         notebook's own choice, not sent; a follower draws its tables as the driver's ``view`` and ``show`` say."""
         return {"timeout": self.timeout, "check": self.check, "same_code": self.same_code, "max_time": self.max_time,
                 "trace": self.trace, "ranks": None if self.ranks is None else list(self.ranks), "view": self.view,
-                "show": None if self.show is None else list(self.show)}
+                "show": None if self.show is None else list(self.show),
+                **({"find_divergence": True, "replicas": self.replicas and list(self.replicas)}
+                   if self.find_divergence else {})}
 
     @classmethod
     def received(cls, value: dict[str, Any]) -> Flags:
@@ -241,6 +247,7 @@ class Body:
     keep: capture.Keep | None = None  # told how the body ended (%dist_pdb keeps a failure)
     aids: Any = None  # breakpoints in the body, and the hang report (nbdist.debug.aids.Aids)
     hang: Any = None  # this cell's hang report (nbdist.debug.hangs.Hang), if this rank asks for one
+    around: capture.Around | None = None  # wraps the body's code (--find-divergence: nbdist.diverge.oplog)
 
 
 def watched_body(b: Body) -> Ran:
@@ -262,7 +269,7 @@ def watched_body(b: Body) -> Ran:
                  else b.aids.breakpoints.armed(b.world, b.cell, b.label, b.source, b.driver))
         try:
             with b.turn.stops.released(), armed:
-                cap = capture.run_cell(b.shell, b.source, b.output, b.keep)
+                cap = capture.run_cell(b.shell, b.source, b.output, b.keep, b.around)
         finally:
             if b.stopper is not None:
                 b.stopper.pause()  # the body is over: from here on a stop must not land in this cell's bookkeeping
@@ -278,6 +285,11 @@ def new_namespace(world: World, replaced: Registration, spawned: bool) -> str:
     return (f"nbdist: this kernel took over rank {world.rank}'s slot from pid {replaced.pid} on {replaced.host}, "
             f"which is gone: its namespace is new, and the other ranks kept theirs. {back}%dist_sync NAME... copies "
             "what a surviving rank holds")
+
+
+def around(run_body: Callable[[Body], Ran], wrap: capture.Around) -> Callable[[Body], Ran]:
+    """``run_body``, the body's code run inside ``wrap()`` (:func:`nbdist.cell.capture.run_cell`)."""
+    return lambda b: run_body(replace(b, around=wrap))
 
 
 def noted(run_body: Callable[[Body], Ran], note: str) -> Callable[[Body], Ran]:

@@ -44,6 +44,7 @@ class KernelTurn:
         self.view: str | None = None  # %dist_config view=: how this notebook draws tables (None: by the ranks)
         self.run_body = cells.watched_body  # how a %%collective's body runs (the interleaving explorer's has none)
         self.first_note: str | None = None  # what this rank's next %%collective says first (cells.new_namespace)
+        self.took_over = False  # this kernel took over another's slot: its NameErrors carry its names (cell.names)
 
     # --- in a world ----------------------------------------------------------
     def join(self, pg_timeout: float) -> None:
@@ -68,6 +69,7 @@ class KernelTurn:
     def leave(self) -> None:
         """Leaving the world, first: the plain cell's watcher ends, and the guard stops."""
         self.plain.end()
+        self.first_note, self.took_over = None, False
         if self.guard is not None:
             self.guard.stop()
             self.guard = None

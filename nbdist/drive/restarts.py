@@ -61,6 +61,13 @@ def in_window(restarts: Sequence[float], now: float, window: float = WINDOW) -> 
     return sum(1 for t in restarts if now - t < window)
 
 
+def watched(joined: bool, restarted: bool, formed: bool) -> bool:
+    """Whether the supervisor watches a slot's kernel: one that joined, or was started again, and every one once the
+    world formed (its ``%%dist_init`` cell may still be ending then, but it is in the world); before that, the
+    spawn's own wait watches a first start."""
+    return joined or restarted or formed
+
+
 def decide(restarts: Sequence[float], now: float, max_restarts: int, joined_since: bool,
            window: float = WINDOW) -> Decision:
     """Whether to start a rank's kernel again after it died at ``now``.

@@ -74,8 +74,9 @@ class Supervisor(Generic[S]):
         raise NotImplementedError
 
     def _watched(self, s: S) -> bool:
-        """Whether ``s`` is watched now: its process joined once (the spawn's own wait watches the first join)."""
-        return s.joined or bool(s.restarts)
+        """Whether ``s`` is watched now (:func:`nbdist.drive.restarts.watched`): its process joined, or was started
+        again, and every slot once the world formed (:meth:`report_to`); the spawn's own wait watches a first join."""
+        return restarts.watched(s.joined, bool(s.restarts), self._report is not None)
 
     def _round(self) -> None:
         """Before each look at every slot (e.g. read what the launcher said since)."""
@@ -172,7 +173,8 @@ class Supervisor(Generic[S]):
     def report_to(self, client: StoreClient, key: Callable[[str], str]) -> None:
         """From now on, say in the world's store how each follower's process that dies ended, and what became of its
         slot (:class:`nbdist.world.exited_record.Exited`, which the ranks that lose it read); ``client``: a connection
-        of the supervisor's own, closed at shutdown; ``key``: the world's round's key of a name."""
+        of the supervisor's own, closed at shutdown; ``key``: the world's round's key of a name. It is called once
+        the world formed: from then on every slot is watched (:meth:`_watched`)."""
         self._report = (client, key)
 
     def _tell(self, rank: int, exit_: Exit, n: int, lines: list[str]) -> None:

@@ -107,6 +107,9 @@ class History:
         self.clock = clock
         self.entries: list[Entry] = []
         self.replayed: dict[int, int] = {}  # rank -> its kernel's restarts when it was last replayed
+        # In a kernel that took over a rank's slot, the last step before it joined, until a replay answered it
+        # (a peer notebook's replay: replay.shared).
+        self.joined_after: int | None = None
 
     def ended(self, source: str, ranks: tuple[int, ...] | None, outcome: Ended, cut: bool = False) -> None:
         """The cell ``source`` (run on ``ranks``) ended as ``outcome`` says; ``cut``: an error ended it early."""
@@ -117,6 +120,7 @@ class History:
         """A new world (``%dist_init``) or none (``%dist_destroy``): nothing of the old one is replayed."""
         self.entries.clear()
         self.replayed.clear()
+        self.joined_after = None
 
     def restarted(self, restarts: Mapping[int, Sequence[float]]) -> list[int]:
         """The ranks restarted since their last replay (``restarts``: each rank's restart times)."""

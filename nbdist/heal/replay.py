@@ -115,3 +115,51 @@ def run(shell: Any, plan: Mapping[int, Sequence[int]], sources: Mapping[int, str
             after = f"; not run: {', '.join(f'#{m}' for m in rest)}" if rest else ""
             raise ReplayError(f"replaying %%collective {e.label()} raised {type(exc).__name__}: {exc}{after}") from exc
     print(f"nbdist: replayed {len(numbers)} cell{'' if len(numbers) == 1 else 's'}", flush=True)
+
+
+# --- in peer notebooks: the survivors' record of the cells, sent to the ranks whose kernel is new ----------------
+
+SHARED = "__import__('nbdist.healmagics', fromlist=['replay_here']).replay_here(get_ipython())\n"
+
+
+def shared(shell: Any, entries: Sequence[Entry], joined_after: int | None) -> bool:
+    """On every rank of a peer world, in one ``%%collective`` (:data:`SHARED`, the same text everywhere): the ranks
+    whose kernel took over a slot (``joined_after``: the last step before it joined; None on a survivor) get the
+    lowest survivor's record of the cells (``entries``), and each runs again those of them that ended before it
+    joined and called no collective, as :func:`run`. Only small JSON and the cells' text travel, over the process
+    group. Returns whether this rank replayed."""
+    import json
+
+    import torch.distributed as dist
+
+    from .sync import broadcast_bytes, device, gathered
+
+    rank, here = dist.get_rank(), device(shell.user_ns, dist.get_backend())
+    new = [r for r, said in enumerate(gathered(json.dumps(joined_after), here)) if json.loads(said) is not None]
+    survivors = sorted(set(range(dist.get_world_size())) - set(new))
+    if not new or not survivors:
+        print("nbdist: no rank's kernel took over its slot in this world: nothing to replay" if not new else
+              "nbdist: every rank's kernel is new: no rank holds the record of the earlier cells")
+        return False
+    source = survivors[0]
+    record = broadcast_bytes(json.dumps([_as_json(e) for e in entries]).encode() if rank == source else None,
+                             source, here)
+    if joined_after is None:
+        if rank == source:
+            print(f"nbdist: sent this notebook's record of {len(entries)} cells to {ranksets.ranks_text(new)}")
+        return False
+    before = [e for e in map(_from_json, json.loads(record)) if e.number <= joined_after]
+    choice = choose(before, rank, None)
+    print("\n".join(told(choice, source)), flush=True)
+    if choice.replay:
+        run(shell, {rank: [e.number for e in choice.replay]}, {e.number: e.source for e in choice.replay}, rank)
+    return True
+
+
+def _as_json(e: Entry) -> list[Any]:
+    return [e.number, e.source, e.collectives, None if e.ranks is None else list(e.ranks), e.failed]
+
+
+def _from_json(v: list[Any]) -> Entry:
+    number, source, collectives, ranks, failed = v
+    return Entry(number, source, collectives, None if ranks is None else tuple(ranks), failed, 0.0)

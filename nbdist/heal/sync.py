@@ -161,10 +161,10 @@ def run(ns: dict[str, Any], names: list[str], source: int | None, to: list[int] 
     did here."""
     import torch.distributed as dist
 
-    rank, here = dist.get_rank(), _device(ns, dist.get_backend())
+    rank, here = dist.get_rank(), device(ns, dist.get_backend())
     mine = [held(ns, name) for name in names]
     every = [[Held(h[0], h[1], _tuples(h[2])) for h in json.loads(text)]
-             for text in _gathered(json.dumps([[h.kind, h.digest, list(h.meta)] for h in mine]), here)]
+             for text in gathered(json.dumps([[h.kind, h.digest, list(h.meta)] for h in mine]), here)]
     for k, name in enumerate(names):
         step = plan(name, [theirs[k] for theirs in every], source, to)
         if isinstance(step, Copy):
@@ -246,7 +246,7 @@ def _feed(h: Any, value: Any) -> None:
         h.update(f"S{type(value).__name__}:{value!r}".encode())
 
 
-def _device(ns: dict[str, Any], backend: str) -> Any:
+def device(ns: dict[str, Any], backend: str) -> Any:
     """Where this rank's broadcasts live: the CPU for gloo, else the rank's device (nbdist's ``DEVICE``)."""
     import torch
 
@@ -282,7 +282,7 @@ def _copy(ns: dict[str, Any], step: Copy, rank: int, here: Any) -> None:
             buffer = io.BytesIO()
             torch.save(ns[step.name].state_dict() if step.kind == OPTIMIZER else ns[step.name], buffer)
             data = buffer.getvalue()
-        sent_bytes = _broadcast_bytes(data, step.source, here)
+        sent_bytes = broadcast_bytes(data, step.source, here)
         got = torch.load(io.BytesIO(sent_bytes), weights_only=True)  # tensors and plain values only: no object
         if receives:
             if step.kind == OPTIMIZER:
@@ -291,7 +291,7 @@ def _copy(ns: dict[str, Any], step: Copy, rank: int, here: Any) -> None:
                 ns[step.name] = got
 
 
-def _broadcast_bytes(data: bytes | None, source: int, here: Any) -> bytes:
+def broadcast_bytes(data: bytes | None, source: int, here: Any) -> bytes:
     """``data`` from rank ``source`` to every rank, as a tensor of bytes over the process group (on ``here``)."""
     import torch
     import torch.distributed as dist
@@ -304,7 +304,7 @@ def _broadcast_bytes(data: bytes | None, source: int, here: Any) -> bytes:
     return bytes(buf.cpu().numpy().tobytes())
 
 
-def _gathered(text: str, here: Any) -> list[str]:
+def gathered(text: str, here: Any) -> list[str]:
     """Every rank's ``text`` (UTF-8, rank order), as tensors of bytes over the process group (on ``here``)."""
     import torch
     import torch.distributed as dist

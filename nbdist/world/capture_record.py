@@ -13,8 +13,8 @@ OUTPUT_KINDS = ("stdout", "stderr", "note", "display")
 _BUNDLE = {str: str}  # a MIME bundle: text by MIME type (images as base64), as nbdist passes them on
 _TEXT_OUTPUT = Object({"kind": str, "text": str})
 _DISPLAY_OUTPUT = Object({"kind": str, "data": _BUNDLE})
-_ERROR = Object({"ename": str, "evalue": str},
-                 {"traceback": str, "short": str, "where": str, "interrupted": bool, "consequence": bool})
+_ERROR = Object({"ename": str, "evalue": str}, {"traceback": str, "short": str, "where": str, "interrupted": bool,
+                                                "consequence": bool, "held": [str]})
 _GROUP_STATE = Object({"ok": bool}, {"why": str, "groups": [str], "calls": {str: int}, "seq": {str: int}})
 _CHECKS = Object({"groups": {str: Object({"n": int, "h": int, "runs": [[int]]}, {"truncated": bool})},
                    "sigs": {str: {str: None}}})
@@ -27,7 +27,8 @@ class Raised:
     ``traceback``, ``short`` (the user's frames), ``where`` (the innermost line of the user's code); whether the stop
     button ended it (``interrupted``), or it followed from the cell being cut elsewhere (``consequence``). Fields
     left None are not said, and left out of the JSON (a failed capture's error says no ``where``; ``consequence`` is
-    said only once another rank cut the cell)."""
+    said only once another rank cut the cell); ``held``: with a ``NameError`` of a kernel that took over a rank's
+    slot, the names it holds (:mod:`nbdist.cell.names`)."""
 
     ename: str
     evalue: str
@@ -36,8 +37,9 @@ class Raised:
     where: str | None = None
     interrupted: bool | None = None
     consequence: bool | None = None
+    held: list[str] | None = None  # with a NameError, the names of a kernel that took over a slot
 
-    def as_dict(self) -> dict[str, str | bool]:
+    def as_dict(self) -> dict[str, str | bool | list[str]]:
         return {k: v for k, v in value_of(self).items() if v is not None}
 
 

@@ -89,3 +89,16 @@ def test_an_exit_is_one_line_when_how_and_what_followed():
     down = restarts.Exit(at, 4008, "exited with code 1", None, (), restarted=False, why_down="restarts are off")
     assert restarted.line() == "14:03:09 pid 4007 was killed by SIGKILL; restarted"
     assert down.line() == "14:03:09 pid 4008 exited with code 1; left down: restarts are off"
+
+
+@pytest.mark.parametrize(("joined", "restarted", "formed", "watched"), [
+    (False, False, False, False),  # a first start, still joining: the spawn's own wait watches it
+    (True, False, False, True),
+    (False, True, False, True),  # started again, joining: a death now is one more (decide leaves it down)
+    # The world formed while its %%dist_init cell was still ending (a soak with store fuzz killed it there, and it
+    # was neither started again nor left down): it is in the world, so it is watched.
+    (False, False, True, True),
+])
+def test_every_worker_is_watched_once_the_world_formed_whether_or_not_its_init_cell_ended(joined, restarted, formed,
+                                                                                         watched):
+    assert restarts.watched(joined, restarted, formed) is watched

@@ -174,13 +174,13 @@ def test_a_magic_in_a_replayed_cell_is_transformed_as_ipython_would():
     assert "replayed_alias" in shell.magics_manager.magics["line"]
 
 
-def test_in_a_notebook_that_does_not_drive_the_magic_refuses_in_one_line(monkeypatch):
+def test_in_a_peer_notebook_ranks_are_refused_in_one_line(monkeypatch):
     from nbdist.healmagics import HealMagics
     from nbdist.magics import DistMagics
 
     shell = InteractiveShell.instance()
     magics = HealMagics(shell, DistMagics(shell))
     monkeypatch.setattr(magics.session, "require_world", lambda what: object())
-    with pytest.raises(UsageError, match="runs in the driving notebook for now") as raised:
-        magics.dist_replay("")
+    with pytest.raises(UsageError, match="--ranks runs in a driving notebook; in peer notebooks, run") as raised:
+        magics.dist_replay("--ranks 1")
     assert "\n" not in str(raised.value)

@@ -1,0 +1,204 @@
+"""What a rank holds under a name, as entries with digests: equal values give equal digests on any rank and device.
+
+A value is walked into :class:`Entry` items, each named as a person would write it (:func:`entry_name`): a
+tensor is one entry; a module's parameters and buffers are entries by name (``fc2.bias``); an optimizer's state
+by the name of its parameter (``state['fc1.weight'].exp_avg``, the names taken from a module that holds those
+parameters) and its groups' settings (``param_groups[0].lr``); a dict, list or tuple by its items
+(``['lr']``, ``[1]``), nested; a number, text or None is one entry that carries its value (short enough to
+send). The random generators (:func:`rng_entries`) are entries too. Only these summaries leave the rank; a
+tensor's data is read here, to be digested.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# What a name holds, as a whole
+TENSOR, MODULE, OPTIMIZER, VALUE, DICT, LIST, RNG, ABSENT, OPAQUE = (
+    "tensor", "module", "optimizer", "value", "dict", "list", "rng", "absent", "opaque")
+# What an entry holds
+NUMBER, TEXT, STATE = "number", "text", "state"  # STATE: bytes compared by digest alone (a generator's state)
+SHOWN_AT_MOST = 80  # characters of a number's or text's repr carried in its entry
+
+Step = tuple[str, Any]  # ("attr", "fc2.bias"), ("key", "lr"), ("index", 0)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One comparable piece of what a rank holds: its ``name``, what it is (``kind``: tensor, number, text, state),
+    a tensor's ``shape`` and ``dtype``, the ``digest`` of its value, and a number's or text's ``shown`` repr."""
+
+    name: str
+    kind: str
+    digest: str
+    shape: tuple[int, ...] = ()
+    dtype: str = ""
+    shown: str | None = None
+
+    def as_json(self) -> list[Any]:
+        return [self.name, self.kind, self.digest, list(self.shape), self.dtype, self.shown]
+
+    @classmethod
+    def from_json(cls, item: Sequence[Any]) -> Entry:
+        name, kind, digest, shape, dtype, shown = item
+        return cls(str(name), str(kind), str(digest), tuple(int(n) for n in shape), str(dtype),
+                   None if shown is None else str(shown))
+
+
+def entry_name(path: Sequence[Step]) -> str:
+    """``[("attr", "state"), ("key", "fc1.weight"), ("attr", "exp_avg")]`` -> ``state['fc1.weight'].exp_avg``."""
+    out = ""
+    for kind, part in path:
+        if kind == "attr":
+            out += f".{part}" if out else str(part)
+        else:
+            out += f"[{part!r}]"
+    return out
+
+
+def digest_bytes(data: Any) -> str:
+    """The digest of raw bytes (a buffer), 16 hex digits: enough to tell values apart, short to send."""
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def tensor_digest(t: Any) -> str:
+    """A tensor's digest by dtype, shape and bytes (read on the CPU; a device's tensor is copied there first)."""
+    import torch
+
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous()
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    if t.numel():
+        h.update(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+    return h.hexdigest()[:16]
+
+
+def whole(entries: Sequence[Entry]) -> str:
+    """One digest of every entry, its name included: equal when each entry is."""
+    h = hashlib.sha256()
+    for e in entries:
+        h.update(f"{e.name}\0{e.kind}\0{e.digest}\0".encode())
+    return h.hexdigest()[:16]
+
+
+def kind_of(value: Any) -> str:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return TENSOR
+    if isinstance(value, torch.nn.Module):
+        return MODULE
+    if isinstance(value, torch.optim.Optimizer):
+        return OPTIMIZER
+    if isinstance(value, dict):
+        return DICT
+    if isinstance(value, (list, tuple)):
+        return LIST
+    if value is None or isinstance(value, (bool, int, float, complex, str)):
+        return VALUE
+    return OPAQUE
+
+
+def entries(value: Any, names: dict[int, str] | None = None) -> list[Entry]:
+    """``value`` as its entries (see the module docstring); ``names``: a parameter's name by ``id``, for an
+    optimizer's state (:func:`param_names`). Raises TypeError for something that holds an object of another kind."""
+    return [_entry(name, leaf) for name, leaf in leaves(value, names)]
+
+
+def leaves(value: Any, names: dict[int, str] | None = None) -> Iterator[tuple[str, Any]]:
+    """``value``'s entries as ``(name, what it holds)``: a tensor, a number, text, None or a dtype."""
+    return _walk(value, [], names or {})
+
+
+def _entry(name: str, leaf: Any) -> Entry:
+    import torch
+
+    if isinstance(leaf, torch.Tensor):
+        return Entry(name, TENSOR, tensor_digest(leaf), tuple(leaf.shape), str(leaf.dtype))
+    text = str(leaf) if isinstance(leaf, torch.dtype) else repr(leaf)
+    what = TEXT if isinstance(leaf, (str, torch.dtype)) else NUMBER
+    return Entry(name, what, digest_bytes(f"{type(leaf).__name__}:{text}".encode()),
+                 shown=text if len(text) <= SHOWN_AT_MOST else text[:SHOWN_AT_MOST - 1] + "…")
+
+
+def _walk(value: Any, path: list[Step], names: dict[int, str]) -> Iterator[tuple[str, Any]]:
+    import torch
+
+    kind = kind_of(value)
+    if kind in (TENSOR, VALUE) or isinstance(value, torch.dtype):
+        yield entry_name(path), value
+    elif kind == MODULE:
+        for name, t in [*value.named_parameters(), *value.named_buffers()]:
+            yield from _walk(t, [*path, ("attr", name)], names)
+    elif kind == OPTIMIZER:
+        yield from _optimizer(value, path, names)
+    elif kind == DICT:
+        for key, item in value.items():
+            yield from _walk(item, [*path, ("key", key)], names)
+    elif kind == LIST:
+        for i, item in enumerate(value):
+            yield from _walk(item, [*path, ("index", i)], names)
+    else:
+        raise TypeError(f"{entry_name(path) or 'it'} is a {type(value).__name__}")
+
+
+def _optimizer(opt: Any, path: list[Step], names: dict[int, str]) -> Iterator[tuple[str, Any]]:
+    for p, state in opt.state.items():
+        name = names.get(id(p))
+        where: Step = ("key", name) if name is not None else ("key", _position(opt, p))
+        for key in sorted(state, key=str):
+            yield from _walk(state[key], [*path, ("attr", "state"), where, ("attr", key)], names)
+    for i, group in enumerate(opt.param_groups):
+        for key in sorted(group, key=str):
+            if key != "params":
+                yield from _walk(group[key], [*path, ("attr", "param_groups"), ("index", i), ("attr", key)], names)
+
+
+def _position(opt: Any, p: Any) -> int:
+    """A parameter's number in the optimizer's state_dict, where no module names it."""
+    flat = [q for group in opt.param_groups for q in group["params"]]
+    return next(i for i, q in enumerate(flat) if q is p)
+
+
+def param_names(modules: Sequence[Any]) -> dict[int, str]:
+    """Each parameter's name by ``id``, from ``modules`` (the first to name it wins, then the shortest name: a
+    module before its DDP wrapper's ``module.`` names)."""
+    found: dict[int, str] = {}
+    for m in modules:
+        for name, p in m.named_parameters():
+            if id(p) not in found or len(name) < len(found[id(p)]):
+                found[id(p)] = name
+    return found
+
+
+def rng_entries() -> list[Entry]:
+    """The random generators' states as entries: torch's CPU generator (and its seed), each CUDA or NPU device's
+    where there is one, Python's ``random`` and numpy's where it is imported."""
+    import random
+
+    import torch
+
+    found = [Entry("torch.initial_seed", NUMBER, digest_bytes(str(torch.initial_seed()).encode()),
+                   shown=str(torch.initial_seed())),
+             Entry("torch", STATE, tensor_digest(torch.get_rng_state()))]
+    for device in ("cuda", "npu"):
+        module: Any = getattr(torch, device, None)
+        try:
+            count = module.device_count() if module is not None and module.is_available() else 0
+            found += [Entry(f"{device}:{i}", STATE, tensor_digest(module.get_rng_state(i))) for i in range(count)]
+        except (RuntimeError, AttributeError):  # a device module without generators here: nothing to compare
+            pass
+    found.append(Entry("random", STATE, digest_bytes(repr(random.getstate()).encode())))
+    try:
+        import numpy
+    except ImportError:  # no numpy here: no generator of its own to compare
+        return found
+    state: Any = numpy.random.get_state()
+    name, keys, pos, has_gauss, cached = state
+    found.append(Entry("numpy", STATE, digest_bytes(f"{name}{keys.tobytes()!r}{pos}{has_gauss}{cached}".encode())))
+    return found

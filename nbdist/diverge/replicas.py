@@ -1,0 +1,90 @@
+"""``nbdist.check_replicas(model, optimizer=None, every=1)``: inside a training loop, whether every rank's replica
+is still the same, by digests, with one small collective.
+
+Each call is a step of that model's loop (counted per model). At the first call and every ``every``-th after it, each
+rank digests the model's parameters and buffers and the optimizer's state (:mod:`nbdist.diverge.hashing`) into one
+64-bit digest, and all ranks gather ``[step, entries, digest]`` (one ``all_gather_into_tensor`` of three numbers
+each). Equal on every rank: it returns. Else every rank gathers the entries' digests (names and hashes, no data) to
+name the first entry that differs and the ranks holding each value (:func:`nbdist.diverge.compare.decide`), and
+raises :class:`~nbdist.errors.ReplicasDifferError` on every rank.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from typing import Any
+
+from ..errors import ConfigError, ReplicasDifferError
+from ..ranksets import ranks_text
+from . import compare, hashing
+from .compare import Held
+from .hashing import MODULE, Entry
+
+_STEPS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # calls so far, by model
+
+
+def check_replicas(model: Any, optimizer: Any = None, every: int = 1) -> None:
+    """Raise :class:`~nbdist.errors.ReplicasDifferError` if ``model`` (and ``optimizer``'s state) differs between
+    the ranks of the world, checked at this model's first call and every ``every``-th after."""
+    if not isinstance(every, int) or every < 1:
+        raise ConfigError(f"check_replicas: every takes a whole number of steps, 1 or more, not {every!r}")
+    step = _STEPS.get(model, 0) + 1
+    _STEPS[model] = step
+    if (step - 1) % every:
+        return
+    found = replica_entries(model, optimizer)
+    _compare(step, found, _device(model))
+
+
+def replica_entries(model: Any, optimizer: Any = None) -> list[Entry]:
+    """The entries compared: the model's parameters and buffers by name, then ``optimizer.``'s state by the
+    model's parameter names."""
+    found = hashing.entries(model)
+    if optimizer is not None:
+        names = hashing.param_names([model])
+        found += [Entry(f"optimizer.{e.name}", e.kind, e.digest, e.shape, e.dtype, e.shown)
+                  for e in hashing.entries(optimizer, names)]
+    return found
+
+
+def _device(model: Any) -> Any:
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend() == "gloo":
+        return torch.device("cpu")
+    first = next(iter(model.parameters()), None)
+    return first.device if first is not None else torch.device("cpu")
+
+
+def _compare(step: int, found: list[Entry], here: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    digest = int(hashing.whole(found), 16) - (1 << 63)  # the 64 bits as a signed int64
+    mine = torch.tensor([step, len(found), digest], dtype=torch.int64, device=here)
+    n = dist.get_world_size()
+    every = torch.empty(3 * n, dtype=torch.int64, device=here)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # the new name from torch 2.13
+    gather(every, mine)
+    rows = every.reshape(n, 3).cpu().tolist()
+    if all(row == rows[0] for row in rows):
+        return
+    steps = {r: row[0] for r, row in enumerate(rows)}
+    if len(set(steps.values())) > 1:
+        said = compare.by_ranks({r: f"step {s}" for r, s in steps.items()})
+        raise ReplicasDifferError(step, "the number of check_replicas calls", said)
+    texts = compare.gathered(json.dumps([e.as_json() for e in found]), here)
+    held = [Held(MODULE, "", tuple(Entry.from_json(e) for e in json.loads(text))) for text in texts]
+    verdict = compare.decide("model", held)
+    first = verdict.differing[0] if verdict.differing else "the model"
+    there = {r: e.digest for r, h in enumerate(held) if (e := _entry(h, first)) is not None}
+    parts = compare.groups(there)
+    missing = [r for r in range(n) if r not in there]
+    said = " · ".join(ranks_text(g) for g in parts) + (f" · missing on {ranks_text(missing)}" if missing else "")
+    raise ReplicasDifferError(step, first, said, max(1, len(verdict.differing)))
+
+
+def _entry(held: Held, name: str) -> Entry | None:
+    return next((e for e in held.entries if e.name == name), None)
