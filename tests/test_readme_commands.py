@@ -199,6 +199,9 @@ SKIP = {
     r"python examples/what_you_see/make_restart_screenshots\.py": "needs Chromium, Playwright, JupyterLab and a "
                                                                   "--spawn 2 world: run by hand, its pictures "
                                                                   "committed",
+    r"python examples/what_you_see/make_replicas_screenshots\.py": "needs Chromium, Playwright, JupyterLab and a "
+                                                                   "--spawn 4 world: run by hand, its pictures "
+                                                                   "committed",
     r"python examples/what_you_see/make_trace_screenshot\.py": "needs Chromium, Playwright and JupyterLab (the lab "
                                                                "extra); it took examples/what_you_see/trace.png",
     r"python benchmarks/bench_vs_raw\.py(?: .*)?": "a benchmark of minutes; the script and its flags are checked",

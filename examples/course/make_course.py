@@ -1,4 +1,4 @@
-"""Write the course's notebooks, one per lesson of lessons.py, into examples/course/.
+"""Write the course's notebooks, one per lesson of lessons.py and lesson_replicas.py, into examples/course/.
 
     python examples/course/make_course.py [--out DIR]
 
@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "two_notebooks"))
 
+from lesson_replicas import REPLICAS  # noqa: E402
 from lessons import LESSONS, TAIL, Lesson, head  # noqa: E402
 from make_notebooks import notebook_of, write_all  # noqa: E402
 
@@ -35,7 +36,7 @@ def build(lesson: Lesson) -> nbformat.NotebookNode:
 
 def main(argv: list[str] | None = None) -> int:
     return write_all(__doc__.split("\n", 1)[0], HERE,
-                     lambda: {f"{lesson.name}.ipynb": build(lesson) for lesson in LESSONS}, argv)
+                     lambda: {f"{lesson.name}.ipynb": build(lesson) for lesson in [*LESSONS, REPLICAS]}, argv)
 
 
 if __name__ == "__main__":
