@@ -189,27 +189,35 @@ def _work(result: Any) -> Any:
 
 
 def _cell_line() -> int | None:
-    """The line of the running cell's code that called the operation (the innermost frame compiled from a cell)."""
+    """The line of the running cell's code that called the operation: the innermost frame compiled from the running
+    cell (the outermost frame compiled from any cell), so that a helper made in an earlier cell is named by the
+    running cell's line that called it, not by a line of that other cell."""
     frame = sys._getframe(2)
+    found: list[tuple[str, int]] = []
     while frame is not None:
         if tracebacks.is_cell(frame.f_code.co_filename):
-            return frame.f_lineno
+            found.append((frame.f_code.co_filename, frame.f_lineno))
         frame = frame.f_back  # type: ignore[assignment]
-    return None
+    return _innermost_of_running(found)
+
+
+def _innermost_of_running(found: Sequence[tuple[str, int]]) -> int | None:
+    """Of cell frames ``(file, line)``, innermost first, the line of the innermost in the outermost's file."""
+    if not found:
+        return None
+    running = found[-1][0]
+    return next(line for file, line in found if file == running)
 
 
 def _origin(node: Any) -> int | None:
-    """The cell line whose forward made autograd's ``node`` (anomaly mode keeps its traceback)."""
+    """The cell line whose forward made autograd's ``node`` (anomaly mode keeps its traceback, outermost first)."""
     try:
         trace = node.metadata.get("traceback_")
     except (AttributeError, RuntimeError):
         return None
-    line = None
-    for entry in trace or ():
-        match = _FRAME.search(entry)
-        if match is not None and tracebacks.is_cell(match.group(1)):
-            line = int(match.group(2))
-    return line
+    found = [(m.group(1), int(m.group(2))) for entry in trace or () if (m := _FRAME.search(entry)) is not None
+             and tracebacks.is_cell(m.group(1))]
+    return _innermost_of_running(found[::-1])
 
 
 class Recording:

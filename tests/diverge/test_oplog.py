@@ -110,3 +110,17 @@ def test_a_collectives_digest_comes_when_it_completes() -> None:
     assert log.prefix(4) == before
     log.settle(1, 99)
     assert log.prefix(1) == log_of(A).prefix(1) and log.prefix(2) != before and log.prefix(4) != before
+
+
+@pytest.mark.parametrize(("found", "line"), [
+    ([], None),
+    ([("/tmp/ipykernel_1/9.py", 5)], 5),
+    # A helper made in the running cell (innermost first): its own line there.
+    ([("/tmp/ipykernel_1/9.py", 2), ("/tmp/ipykernel_1/9.py", 5)], 2),
+    # A helper made in an earlier cell: the running cell's line that called it, not the other cell's line.
+    ([("/tmp/ipykernel_1/4.py", 3), ("/tmp/ipykernel_1/9.py", 5)], 5),
+])
+def test_an_operation_is_named_by_a_line_of_the_running_cell(found, line):
+    from nbdist.diverge.oplog import _innermost_of_running
+
+    assert _innermost_of_running(found) == line
