@@ -34,7 +34,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,8 +191,11 @@ def one_cpu() -> int:
 
 
 def run_limited(argv: Sequence[str], *, limit: int = BINDER_MEMORY, cpus: Sequence[int] | None = None,
-                timeout: float = 600, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> Usage:
+                timeout: float = 600, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+                watch: Callable[[MemoryCgroup], None] | None = None) -> Usage:
     """Run ``argv`` pinned to ``cpus`` (default: one CPU) in a fresh cgroup of ``limit`` bytes; wait, measure, clean up.
+
+    ``watch(cgroup)``, if given, is called about every 0.25 s while the command runs (to sample its processes).
 
     Raises :class:`Unsupported` when the cgroup cannot be made, ``subprocess.TimeoutExpired`` (after killing
     everything in the cgroup) when the command outlives ``timeout`` seconds.
@@ -205,12 +208,18 @@ def run_limited(argv: Sequence[str], *, limit: int = BINDER_MEMORY, cpus: Sequen
             [sys.executable, "-c", _ENTER, str(group.path / "cgroup.procs"), ",".join(map(str, chosen)), *argv],
             cwd=cwd, env=None if env is None else dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            group.close()
-            proc.communicate()
-            raise
+        deadline = started + timeout
+        while True:
+            try:
+                out, err = proc.communicate(timeout=min(0.25, max(deadline - time.monotonic(), 0.01)))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    group.close()
+                    proc.communicate()
+                    raise
+                if watch is not None:
+                    watch(group)
         seconds = time.monotonic() - started
         return Usage(seconds=seconds, peak_bytes=group.peak(), oom_kills=group.oom_kills(), limit_bytes=limit,
                      cgroup=group.version, swap_limited=group.swap_limited, cpus=chosen,
