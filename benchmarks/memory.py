@@ -37,6 +37,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from typing import Any
 
 import nbformat
 
@@ -204,6 +205,11 @@ def plain_torch_high_water() -> list[float]:
     return [float(v["_nbdist_hwm"]) for v in values]
 
 
+def mib(what: str, samples: list[float], **keywords: Any) -> dict[str, Any]:
+    """A figure in MiB, whole unless ``decimals`` says otherwise, its spread min–max (over runs, sizes or ranks)."""
+    return _common.figure(what, samples, "MiB", spread="min–max", **{"decimals": 0, **keywords})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="2,4,8", help="world sizes, comma-separated (default 2,4,8)")
@@ -228,32 +234,27 @@ def main() -> int:
     rows = []
     for i, label in enumerate(("kernel as started", "kernel with torch imported",
                                "kernel with torch and nbdist imported")):
-        rows.append(_common.figure(f"{label}, PSS", [s[i].pss for s in steps], "MiB", spread="min–max", decimals=0))
-        rows.append(_common.figure(f"{label}, RSS", [s[i].rss for s in steps], "MiB", spread="min–max", decimals=0))
+        rows.append(mib(f"{label}, PSS", [s[i].pss for s in steps]))
+        rows.append(mib(f"{label}, RSS", [s[i].rss for s in steps]))
     torch_mb = [s[1].pss - s[0].pss for s in steps]
     nbdist_mb = [s[2].pss - s[1].pss for s in steps]
-    rows.append(_common.figure("torch's import (PSS added)", torch_mb, "MiB", spread="min–max", decimals=0))
-    rows.append(_common.figure("nbdist's import (PSS added)", nbdist_mb, "MiB", spread="min–max", decimals=0))
+    rows.append(mib("torch's import (PSS added)", torch_mb))
+    rows.append(mib("nbdist's import (PSS added)", nbdist_mb))
     for n, w in worlds.items():
         rows += [
-            _common.figure(f"{n} ranks: the driving kernel (rank 0), PSS", [w.driver.pss], "MiB", decimals=0),
-            _common.figure(f"{n} ranks: the world formed, added to the driving kernel (PSS)",
-                           [w.driver.pss - steps[sizes.index(n)][2].pss], "MiB", decimals=0, signed=True),
-            _common.figure(f"{n} ranks: each worker kernel, PSS", [m.pss for m in w.workers], "MiB",
-                           spread="min–max", decimals=0),
-            _common.figure(f"{n} ranks: each worker kernel, RSS", [m.rss for m in w.workers], "MiB",
-                           spread="min–max", decimals=0),
-            _common.figure(f"{n} ranks: each pulse (heartbeat process), PSS", [m.pss for m in w.pulses], "MiB",
-                           spread="min–max", decimals=1),
-            _common.figure(f"{n} ranks: each pulse, RSS", [m.rss for m in w.pulses], "MiB", spread="min–max",
-                           decimals=1),
-            _common.figure(f"{n} ranks: the whole world, PSS summed", [w.total_pss], "MiB", decimals=0),
+            mib(f"{n} ranks: the driving kernel (rank 0), PSS", [w.driver.pss]),
+            mib(f"{n} ranks: the world formed, added to the driving kernel (PSS)",
+                [w.driver.pss - steps[sizes.index(n)][2].pss], signed=True),
+            mib(f"{n} ranks: each worker kernel, PSS", [m.pss for m in w.workers]),
+            mib(f"{n} ranks: each worker kernel, RSS", [m.rss for m in w.workers]),
+            mib(f"{n} ranks: each pulse (heartbeat process), PSS", [m.pss for m in w.pulses], decimals=1),
+            mib(f"{n} ranks: each pulse, RSS", [m.rss for m in w.pulses], decimals=1),
+            mib(f"{n} ranks: the whole world, PSS summed", [w.total_pss]),
         ]
     if len(sizes) >= 2:
         a, b = min(sizes), max(sizes)
         per_rank = (worlds[b].total_pss - worlds[a].total_pss) / (b - a)
-        rows.append(_common.figure(f"each added rank, {a} to {b} ranks (PSS summed)", [per_rank], "MiB",
-                                   decimals=0))
+        rows.append(mib(f"each added rank, {a} to {b} ranks (PSS summed)", [per_rank]))
     notes = []
     met = True
     if not args.no_binder and args.binder_runs > 0:
@@ -270,25 +271,21 @@ def main() -> int:
             rows += [
                 _common.figure("the two example notebooks under binder's limits: wall time", seconds, "s",
                                spread="min–max", decimals=1),
-                _common.figure("… the cgroup's high-water mark", peaks, "MiB", spread="min–max", decimals=0,
-                               target=f"< {BINDER_MEMORY / MiB:,.0f} MiB", met=under),
-                _common.figure("… OOM kills", [float(kills)], "", decimals=0, runs=len(peaks), target="0",
-                               met=kills == 0),
-                _common.figure("… each kernel's own high-water mark (VmHWM)", high.of("kernel"), "MiB",
-                               spread="min–max", decimals=0),
-                _common.figure("… each pulse's own high-water mark", high.of("pulse"), "MiB", spread="min–max",
-                               decimals=1),
-                _common.figure("… the runner's own high-water mark (`nbdist run`, nbclient)", high.of("runner"),
-                               "MiB", spread="min–max", decimals=0),
-                _common.figure("the same four cells in 2 plain torch processes (no kernel, no nbdist): each one's "
-                               "high-water mark", plain, "MiB", spread="min–max", decimals=0),
+                mib("… the cgroup's high-water mark", peaks, target=f"< {BINDER_MEMORY / MiB:,.0f} MiB", met=under),
+                _common.figure("… OOM kills", [float(kills)], "", spread="min–max", decimals=0, runs=len(peaks),
+                               target="0", met=kills == 0),
+                mib("… each kernel's own high-water mark (VmHWM)", high.of("kernel")),
+                mib("… each pulse's own high-water mark", high.of("pulse"), decimals=1),
+                mib("… the runner's own high-water mark (`nbdist run`, nbclient)", high.of("runner")),
+                mib("the same four cells in 2 plain torch processes (no kernel, no nbdist): each one's "
+                    "high-water mark", plain),
             ]
             notes.append(f"Binder's limits: `nbdist run` of `examples/two_notebooks/` (the runner, both kernels and "
                          f"their pulses) in {setting}; the high-water mark counts anonymous memory and the page "
                          "cache the run is first to bring in.")
     notes.append("PSS divides pages shared between processes among them (so sums count a shared library once); "
-                 "RSS counts them in every process. Spreads are min–max over the world sizes (the kernel's "
-                 "steps) or over the ranks of one world.")
+                 "RSS counts them in every process. Spreads are min–max: over the world sizes (the kernel's "
+                 "steps), the ranks of one world, or the runs under binder's limits and their processes.")
     print(_common.load_note("at end"))
     _common.record("memory", "Each rank's memory, the world's growth, and binder's limits", rows, began, notes)
     return 0 if met else 1

@@ -1,7 +1,7 @@
-"""Binder's limits: the two example notebooks run as one world on one CPU within a 2 GB memory cgroup.
+"""Binder's limits: the two example notebooks run as one world on one CPU within a 2 GiB memory cgroup.
 
 mybinder.org gives 1 CPU and 1 to 2 GB and restarts a kernel above 2 GB. ``nbdist run`` executes
-``examples/two_notebooks/`` as two peers, pinned to one CPU, inside a fresh memory cgroup of 2 GB with no
+``examples/two_notebooks/`` as two peers, pinned to one CPU, inside a fresh memory cgroup of 2 GiB with no
 swap (``tests/limits.py``) that holds the runner, both kernels and their heartbeat processes. Root only; where
 the memory cgroup cannot be made the test skips with the reason, and under CI fails.
 """
@@ -25,16 +25,16 @@ HANG_GUARD = 180  # seconds; not a speed target (13 to 30 s here, on a shared ma
 
 
 @pytest.mark.timeout(HANG_GUARD + 120)
-def test_the_two_example_notebooks_run_on_one_cpu_within_2_gb_with_every_table_whole(
+def test_the_two_example_notebooks_run_on_one_cpu_within_2_gib_with_every_table_whole(
         tmp_path: Path, record_property) -> None:
     try:
         usage = run_limited([sys.executable, "-m", "nbdist", "run", *map(str, NOTEBOOKS), "--out", str(tmp_path)],
                             limit=BINDER_MEMORY, timeout=HANG_GUARD)
     except Unsupported as exc:
         skip_or_fail_in_ci(f"binder's limits cannot be set here: {exc}")
-    figures = (f"binder's limits ({usage.cgroup} memory cgroup of {usage.limit_bytes / 2**30:g} GB, swap "
+    figures = (f"binder's limits ({usage.cgroup} memory cgroup of {usage.limit_bytes / 2**30:g} GiB, swap "
                f"{'off' if usage.swap_limited else 'NOT limited'}, CPU {usage.cpus}): {usage.seconds:.1f} s, "
-               f"high-water mark {usage.peak_mb:,.0f} MB, {usage.oom_kills} OOM kills")
+               f"high-water mark {usage.peak_mb:,.0f} MiB, {usage.oom_kills} OOM kills")
     print(figures)
     record_property("binder_limits", figures)
     assert usage.returncode == 0, f"{figures}\n{usage.stdout}\n{usage.stderr}"
