@@ -73,7 +73,8 @@ def _heads(table) -> list[str]:
 
 
 def test_one_error_on_every_rank_is_one_row_for_all_shown_once_with_its_cell_line():
-    table = cell_table("t", [{"host": "vm"}] * 4, [_cap("bad value", f"/tmp/ipykernel_{100 + r}/8.py") for r in range(4)])
+    caps = [_cap("bad value", f"/tmp/ipykernel_{100 + r}/8.py") for r in range(4)]
+    table = cell_table("t", [{"host": "vm"}] * 4, caps)
     text, html = repr(table), table._repr_html_()
     assert _heads(table) == ["all 4 ranks (identical)"] and "differs" not in text + html
     assert text.count("ValueError: bad value") == 1 and "cell line 2, in <module>" in text
