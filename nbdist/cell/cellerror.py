@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .. import errors
+from .. import errors, ranksets
 from ..errors import (
     CollectiveError,
     CollectiveMismatchError,
@@ -21,6 +21,7 @@ from ..errors import (
     StoppedError,
     StoreConnectionError,
 )
+from ..view import alike
 from ..world.capture_record import Raised
 from ..world.world import World
 from .cells import Outcome
@@ -49,7 +50,7 @@ def _stopped_here(world: World, outcome: Outcome, own: Own, ours: Ours) -> BaseE
 
 def _raised_here(world: World, outcome: Outcome, own: Own, ours: Ours) -> BaseException | None:
     """This rank's own error, not one that followed from a stop elsewhere."""
-    return _own_error(world, own) if own is not None and not own.consequence else None
+    return _own_error(world, outcome, own) if own is not None and not own.consequence else None
 
 
 def _cut_by_another(world: World, outcome: Outcome, own: Own, ours: Ours) -> BaseException | None:
@@ -69,7 +70,7 @@ def _cut_by_another(world: World, outcome: Outcome, own: Own, ours: Ours) -> Bas
 
 def _followed_here(world: World, outcome: Outcome, own: Own, ours: Ours) -> BaseException | None:
     """This rank's own error that followed from its own stop (nothing cut the cell elsewhere)."""
-    return _own_error(world, own) if own is not None else None
+    return _own_error(world, outcome, own) if own is not None else None
 
 
 def _mismatched(world: World, outcome: Outcome, own: Own, ours: Ours) -> BaseException | None:
@@ -89,7 +90,12 @@ def _failed_elsewhere(world: World, outcome: Outcome, own: Own, ours: Ours) -> B
     if named:
         cls, first = named[0]
         return cls(first.evalue)
-    names = "; ".join(f"{world.describe(i)} raised {e.ename}: {e.evalue}{lacking(e, ours)}" for i, e in failed)
+    said: dict[tuple[str, str], tuple[list[int], list[str]]] = {}  # alike errors, said once for their ranks
+    for i, e in failed:
+        ranks, sentences = said.setdefault((e.ename, alike.key(f"{e.evalue}{lacking(e, ours)}", i)), ([], []))
+        ranks.append(i)
+        sentences.append(f"{world.describe(i)} raised {e.ename}: {e.evalue}{lacking(e, ours)}")
+    names = "; ".join(alike.merge(sentences, ranks) for ranks, sentences in said.values())
     return CollectiveError(f"{names} (traceback in its column above)")
 
 
@@ -105,8 +111,22 @@ def error_for(world: World, outcome: Outcome, ours: Ours = tuple) -> BaseExcepti
     return next((error for rule in RULES if (error := rule(world, outcome, own, ours)) is not None), None)
 
 
-def _own_error(world: World, own: Raised) -> BaseException:
+def _own_error(world: World, outcome: Outcome, own: Raised) -> BaseException:
+    """This rank's own error, said in one line: its traceback is in the table above (unless ``--show`` left this
+    rank's column out), so under the table it is not said again."""
     cls = errors.by_name(own.ename)
     if cls is not None:
         return cls(own.evalue)  # nbdist's own error: the same class on every rank
-    return CollectiveError(f"{world.describe(world.rank)} raised {own.ename}: {own.evalue}", own.traceback or "")
+    shown = outcome.show is None or world.rank in outcome.show
+    said = f"{world.describe(world.rank)} raised {own.ename}: {own.evalue}{_as_did(world, outcome, own)}"
+    if not shown:
+        return CollectiveError(said, own.traceback or "")
+    return CollectiveError(f"{said} (its traceback is in the table above)")
+
+
+def _as_did(world: World, outcome: Outcome, own: Raised) -> str:
+    """``, as did ranks 1-3``: the other ranks whose body raised the same error (:mod:`nbdist.view.alike`)."""
+    mine = alike.key(own.evalue, world.rank)
+    same = [i for i, c in enumerate(outcome.captures) if i != world.rank and c is not None and c.error is not None
+            and not c.error.consequence and c.error.ename == own.ename and alike.key(c.error.evalue, i) == mine]
+    return f", as did {ranksets.ranks_text(same)}" if same else ""

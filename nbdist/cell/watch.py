@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 INTERRUPT_GRACE = 1.0
 # A collective that lasts this long is noted in the store, for the others' messages and %dist_status.
 LONG_COLLECTIVE = 0.5
+# Another rank's --max-time (every rank's, as its body, started together) ran out this close to this rank's own:
+# this rank's ran out too, and it says so itself (one error for all, not a cut that reads differently).
+MAX_TIME_TOGETHER = 1.0
 SERVER = "server"  # the kind of a cell's reason when the rendezvous server went away: kept here, nobody can be told
 # Where torch runs collectives that nbdist's wrappers do not see.
 _COLLECTIVE_CODE = tuple(os.path.join("torch", part, "") for part in ("distributed", os.path.join("nn", "parallel"),
@@ -267,7 +270,10 @@ class CellWatch:
             return
 
     def _check_max_time(self) -> None:
-        if self.max_time is None or self._timed_out or time.monotonic() - self._started < self.max_time:
+        if self.max_time is None or self._timed_out:
+            return
+        theirs = self.reason is not None and self.reason.kind == "max-time" and self.reason.rank != self.world.rank
+        if time.monotonic() - self._started < self.max_time - (MAX_TIME_TOGETHER if theirs else 0.0):
             return
         self._timed_out = True
         me = self.world.describe(self.world.rank)

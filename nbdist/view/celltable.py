@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .. import ranksets
-from . import grouped, sanitize
+from . import alike, grouped, sanitize
 from .align import align
 from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, STDERR_STYLE, TABLE_STYLE, footer_html, text_html
 from .grouped import labelled
 from .numbers import template
 from .shrink import DROPPED  # in a bundle: what was left out to fit the store, and why
+from .tracebacks import readable
 
 _B64 = re.compile(r"^[A-Za-z0-9+/=\s]+$")
 _HTML_STYLE = "max-width:100%;overflow:auto"
@@ -137,8 +138,10 @@ def _details(summary: str, body: str) -> str:
     return f"<details><summary><small>{html.escape(summary)}</small></summary>{_pre(body)}</details>"
 
 
-def error_pieces(cap: Captured) -> list[Piece]:
-    """A rank's error, and why nbdist stopped it: the user's frames first, the full traceback one click away."""
+def error_pieces(cap: Captured, rank: int = 0) -> list[Piece]:
+    """A rank's error, and why nbdist stopped it: the user's frames first (a cell's as its lines), the full
+    traceback one click away. Alike (:mod:`nbdist.view.alike`) on ranks whose texts differ only in what names
+    ``rank`` itself: the cell file's pid, nbdist's ``rank 3 (vm, pid 4242)``."""
     error = cap.error
     cancelled = cap.cancelled or ""
     full = "" if error is None or error.traceback is None else error.traceback
@@ -146,17 +149,27 @@ def error_pieces(cap: Captured) -> list[Piece]:
         where = error.where or ""
         text = f"stopped{' in ' + where if where else ''}, because {cancelled}"
         body = f'{_pre(text)}{_details("full traceback", full)}'
-        return [Piece("stopped", f"{text}\n{FULL_TRACEBACK}\n{full}", body, f"stopped\0{text}")]
+        return [Piece("stopped", f"{text}\n{FULL_TRACEBACK}\n{full}", body, f"stopped\0{text}",
+                      f"stopped\0{alike.key(text, rank)}")]
     pieces = []
     if error is not None:
-        short = error.short or full
-        body = _pre(short) + (_details("full traceback (with nbdist's frames)", full) if short != full else "")
-        text = short if short == full else f"{short}\n{FULL_TRACEBACK}\n{full}"
-        alike = f"error\0{error.ename}\0{error.evalue}\0{error.where}"  # paths differ by kernel
-        pieces.append(Piece("error", text, body, f"error\0{full}", alike))
+        short = readable(error.short or full)
+        more = readable(full) != short  # nbdist's frames were hidden: the whole traceback, one click away
+        body = _pre(short) + (_details("full traceback (with nbdist's frames)", full) if more else "")
+        text = f"{short}\n{FULL_TRACEBACK}\n{full}" if more else short
+        pieces.append(Piece("error", text, body, f"error\0{full}", f"error\0{error.ename}\0{alike.key(short, rank)}"))
     if cancelled:
-        pieces.append(Piece("stopped", cancelled, _pre(cancelled), f"stopped\0{cancelled}"))
+        pieces.append(Piece("stopped", cancelled, _pre(cancelled), f"stopped\0{cancelled}",
+                            f"stopped\0{alike.key(cancelled, rank)}"))
     return pieces
+
+
+def merged(pieces: Sequence[Piece], ranks: Sequence[int]) -> Piece:
+    """One piece for alike pieces of ``ranks`` (an error, a stop): the first's, with what names its own rank
+    written for them all (:func:`nbdist.view.alike.merge`)."""
+    first = pieces[0]
+    return Piece(first.kind, alike.merge([p.text for p in pieces], ranks), alike.merge([p.html for p in pieces], ranks),
+                 first.key, first.group)
 
 
 @dataclass
@@ -186,6 +199,21 @@ def _aligned_rows(columns: list[list[Piece]]) -> list[Row]:
         elif row := _differing(None, [col[a:b] for col, (a, b) in zip(columns, seg.spans, strict=True)]):
             rows.append(row)
     return rows
+
+
+def _alike_row(per_rank: list[list[Piece]], ranks: Sequence[int]) -> Row | None:
+    """The errors row: shared when every rank's errors and stops are alike (written once for all, with the ranks
+    as a set); else each rank's own. Named after what it holds."""
+    first = per_rank[0] if per_rank else []
+    if len(per_rank) < 2 or not first or any([p.group for p in col] != [p.group for p in first] for col in per_rank):
+        return _differing(None, per_rank)
+    pieces = [merged([col[i] for col in per_rank], ranks) for i in range(len(first))]
+    label = " · ".join(dict.fromkeys(p.label for p in pieces))
+    if len(pieces) == 1:
+        return Row(label, same=pieces[0])
+    one = Piece(pieces[0].kind, "\n".join(p.text.rstrip("\n") for p in pieces), "".join(p.html for p in pieces),
+                "\0".join(p.key for p in pieces), "\0".join(p.group for p in pieces))
+    return Row(label, same=one)
 
 
 def _fixed_row(label: str, per_rank: list[list[Piece]]) -> Row | None:
@@ -303,14 +331,13 @@ def cell_table(title: str, ranks: list[dict[str, Any]], captures: Sequence[Captu
     rows = _aligned_rows([[output_piece(o) for o in cap.outputs] for cap in caps])
     fixed = [
         ("Out", [[_bundle_piece("Out", cap.result)] if cap.result else [] for cap in caps]),
-        ("error", [error_pieces(cap) for cap in caps]),
+        ("error", [error_pieces(cap, rank) for rank, cap in zip(shown, caps, strict=True)]),
     ]
     if states:
         fixed.append(("state", [[Piece("state", s, _pre(s), f"state\0{s}", f"state\0{state_kind(s)}")]
                                 for s in states]))
     for label, per_rank in fixed:
-        # Errors and stops are each rank's own, never merged; the row is named after what it holds.
-        row = _differing(None, per_rank) if label == "error" else _fixed_row(label, per_rank)
+        row = _alike_row(per_rank, shown) if label == "error" else _fixed_row(label, per_rank)
         if row is not None:
             rows.append(row)
     table = CellTable(title, columns, rows, ranks=shown, hosts=[str(i.get("host", "?")) for i in infos],

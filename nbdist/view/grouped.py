@@ -5,8 +5,10 @@ column stands for the ranks whose pieces are alike in every differing row:
 equal in every MIME type, or equal once their numbers are taken out (then the
 column shows a template and a summary per number, :mod:`nbdist.view.numbers`;
 two different numbers are never shown as one), with the same error (type,
-message, cell line) and the same state. Groups are ordered largest first,
-then by lowest rank, and named by their folded rank set (:mod:`nbdist.ranksets`).
+message and frames once what names each rank itself is taken out,
+:mod:`nbdist.view.alike`) and the same state. Groups are ordered largest
+first, then by lowest rank, and named by their folded rank set
+(:mod:`nbdist.ranksets`).
 
 Past :data:`EXPANDED` groups, the reference group (the best outcome, then the
 largest, then the lowest rank) is shown in full and every other group as a
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from .. import ranksets
+from . import alike
 from .display import CELL_STYLE, DIFF_STYLE, PRE_STYLE, TABLE_STYLE, footer_html
 from .numbers import summarise
 
@@ -161,10 +164,11 @@ def _draw(row: _Row, group: Group) -> Drawn:
         own = [col[i] for col in columns]
         varies = piece.kind not in ("error", "stopped", "state") and len({p.key for p in own}) > 1
         summary = summarise([p.text for p in own], group.ranks) if varies else None
-        if summary is None:  # equal here (or alike by error type and line): the first member's
-            texts.append(piece.text.rstrip("\n"))
+        if summary is None:  # equal here, or an alike error: the first member's, its own rank written as the group's
+            fault = piece.kind in ("error", "stopped")
+            texts.append((alike.merge([p.text for p in own], group.ranks) if fault else piece.text).rstrip("\n"))
             shapes.append(texts[-1])
-            parts.append(piece.html)
+            parts.append(alike.merge([p.html for p in own], group.ranks) if fault else piece.html)
             continue
         numbers = True
         texts.append(summary.as_text())

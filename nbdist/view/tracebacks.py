@@ -57,6 +57,35 @@ def is_cell(filename: str) -> bool:
 _IPYKERNEL_CELL = re.compile(r"[/\\]ipykernel_\d+[/\\][^/\\]+\.py$")
 
 
+# A frame's first line as traceback writes it (also in a SyntaxError's own lines).
+_FRAME_FILE = re.compile(r'^(?P<indent>[ \t]*)File "(?P<path>[^"\n]+)", line (?P<line>\d+)', re.MULTILINE)
+
+
+def _library_path(path: str) -> str | None:
+    """An installed module's path from its package down (``torch/_tensor.py``), or None for any other file."""
+    parts = path.replace("\\", "/").split("/")
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            return "/".join(parts[len(parts) - parts[::-1].index(marker):])
+    real = _real(path)
+    return os.path.relpath(real, _STDLIB_DIR).replace(os.sep, "/") if _under(real, _STDLIB_DIR) else None
+
+
+def _frame_place(m: re.Match[str]) -> str:
+    path, line = m["path"], m["line"]
+    if is_cell(path):
+        return f"{m['indent']}cell line {line}"
+    shown = _library_path(path)
+    return m[0] if shown is None else f'{m["indent"]}File "{shown}", line {line}'
+
+
+def readable(text: str) -> str:
+    """A formatted traceback as a column shows it: a frame of the cell as ``cell line 5`` (not ipykernel's
+    temporary file, whose name holds the kernel's pid), an installed module from its package down
+    (``File "torch/_tensor.py", line 623``); every other line as it is."""
+    return _FRAME_FILE.sub(_frame_place, text)
+
+
 def _skipped(tb: TracebackType | None, skip: int) -> TracebackType | None:
     # Like capture.error_of: drop the caller's frames but never the innermost one.
     for _ in range(skip):
