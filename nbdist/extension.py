@@ -9,7 +9,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.display import display
 
-from .cell import outcome_view
+from .cell import outcome_view, wholeoutput
 from .divergemagics import NAME as DIVERGE_NAME
 from .divergemagics import DivergeMagics
 from .errors import NotInitializedError
@@ -19,8 +19,9 @@ from .magics import _NAME, DistMagics, registered
 from .view.display import Message
 
 
-def rank_output(rank: int) -> Any:
-    """Rank ``rank``'s whole column of the last %%collective table shown in this notebook."""
+def rank_output(rank: int, full: bool = False) -> Any:
+    """Rank ``rank``'s whole column of the last %%collective table shown in this notebook; ``full``: every line
+    it printed, as text, from the file it kept (:mod:`nbdist.cell.wholeoutput`)."""
     magics = registered()
     outcome = magics.last_outcome if magics is not None else None
     world = magics.session.world if magics is not None else None
@@ -28,6 +29,11 @@ def rank_output(rank: int) -> Any:
         raise UsageError("nbdist.rank_output: this notebook has shown no %%collective table yet")
     if not 0 <= rank < world.world_size:
         raise UsageError(f"nbdist.rank_output: rank {rank} is not in this world (ranks 0-{world.world_size - 1})")
+    if full:
+        try:
+            return wholeoutput.read(outcome.captures[rank], rank, world.describe(rank))
+        except LookupError as exc:
+            raise UsageError(f"nbdist.rank_output: {exc}") from None
     return outcome_view.final_table(world, replace(outcome, view="ranks", show=(rank,)))
 
 

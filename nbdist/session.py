@@ -25,7 +25,7 @@ from ._version import __version__
 from .backend import backends, debugmode, envplan, setup, userinit
 from .backend.environ import Environ
 from .backend.state import BackendState
-from .cell import cells, names, rebuild, turn
+from .cell import cells, names, rebuild, turn, wholeoutput
 from .cell import step as steps
 from .cell.guard import Guard, request_stop
 from .cell.hooks import Collectives
@@ -145,6 +145,7 @@ class Session:
         # What building the process group needs: the session's parts, not the session (nbdist.cell.rebuild).
         self.group = rebuild.Parts(self.link, self.backend, self.cell_turn.hooks, self.cell_turn.turn)
         self.kept = postmortem.Kept()  # this rank's last failed %%collective body, for %dist_pdb
+        self.whole = wholeoutput.Keeper()  # its cells' whole outputs, where a table left some out
         self.history = History()  # this notebook's %%collective cells in its world, for %dist_replay
         self.aids = aids.Aids(self.secret, lambda: self.pg_timeout)  # breakpoints, where a hung cell's ranks were
 
@@ -385,7 +386,8 @@ class Session:
     def _body(self, flags: cells.Flags, note: str | None) -> Callable[[cells.Body], cells.Ran]:
         """How this cell's body runs: opening with ``note``; under ``--find-divergence``, recorded and compared; in
         a kernel that took over a slot, its NameError carrying the names it holds (:mod:`nbdist.cell.names`)."""
-        run_body = self.run_body if note is None else cells.noted(self.run_body, note)
+        run_body = self.whole.body(self.run_body)
+        run_body = run_body if note is None else cells.noted(run_body, note)
         if flags.find_divergence:
             run_body = cells.around(run_body, lambda: oplog.find_divergence(flags.replicas))
         if not self.cell_turn.took_over:
@@ -452,6 +454,7 @@ class Session:
             self.link.leave_world()
         self.cell_turn.forget_group()
         self.kept.clear()
+        self.whole.clear()
         self.history.clear()
         self.backend.leave()
         self.link.disconnect()
