@@ -202,6 +202,8 @@ SKIP = {
     r"python benchmarks/(?:many_ranks_render|export_overhead)\.py(?: .*)?":
         "benchmarks (seconds for the rendering, minutes for the training loop) that write their figures to "
         "docs/figures/ (tests/test_figures.py checks those); the scripts are checked to exist",
+    r"python benchmarks/floods\.py(?: .*)?": "a benchmark of minutes with JupyterLab and Chromium; "
+                                            "tests/test_floods.py runs a flood on real kernels",
     r"python benchmarks/soak\.py(?: .*)?": "a soak of ten minutes (the long version): tests/test_soak.py runs its "
                                           "--short version; the script and its flags are checked",
     r"%%collective --timeout 5": "a fault-table row: tests/test_in_step.py::"

@@ -1,0 +1,250 @@
+"""A print in a loop on every rank (issue 49): 4 driven ranks that each print 20,000 lines in one ``%%collective``.
+
+Measures, from the client, as a new user would:
+
+  1. the cell's wall time (one execute request until the driving kernel is idle) against one plain cell of a
+     plain kernel that prints the same 20,000 lines, in alternation, after one uncounted run of each; the ratio
+     of the medians (target ≤ 3x);
+  2. the bytes the front end receives for the whole cell, live updates included: every iopub message of the
+     request as jupyter_client hands it over (header, parent header, metadata and content, as JSON; target
+     ≤ 2 MB), beside the plain cell's;
+  3. unless ``--no-browser``: the same notebook run in JupyterLab under headless Chromium (Playwright, a system
+     Chromium at ``--chromium``), then the time from a click on a cell until the page marks that cell active,
+     clicks alternating between two cells; and the characters of the flood cell's output in the page.
+
+Run from the repository root::
+
+    python benchmarks/floods.py [--runs 7] [--no-browser] [--chromium /usr/bin/chromium]
+
+Every process started here is stopped by its id in ``finally`` blocks: the kernels, JupyterLab and whatever
+is still alive below them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from _common import begin, figure, load_note, record
+
+from nbdist.drive import kernels
+
+LINES = 20_000
+BODY = f"for i in range({LINES}):\n    print(f'rank {{RANK}} step {{i}} loss {{i * 0.001:.4f}}')\n"
+RATIO_TARGET, BYTES_TARGET = 3.0, 2_000_000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def timed(kernel: kernels.Kernel, code: str) -> tuple[float, int]:
+    """Seconds until ``kernel`` is idle after ``code``, and the bytes of every iopub message of the request."""
+    sizes: list[int] = []
+
+    def hook(msg: dict[str, Any]) -> None:
+        sizes.append(len(json.dumps({k: msg.get(k) for k in ("header", "parent_header", "metadata", "content")},
+                                    default=str).encode()))
+
+    start = time.perf_counter()
+    reply = kernel.client.execute_interactive(code, timeout=600, output_hook=hook)
+    seconds = time.perf_counter() - start
+    if reply["content"]["status"] != "ok":
+        raise RuntimeError(f"the cell failed: {reply['content']}")
+    return seconds, sum(sizes)
+
+
+def _descendants(pid: int) -> set[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parents.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _kill(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def kernel_figures(runs: int, world_size: int) -> tuple[list[float], list[float], list[int], list[int]]:
+    plain, driver = kernels.Kernel(), kernels.Kernel()
+    below: set[int] = set()
+    try:
+        plain.execute("RANK = 0")
+        driver.execute("%load_ext nbdist", timeout=60)
+        r = driver.execute(f"%dist_init --spawn {world_size} --master-port {free_port()}", timeout=300)
+        if r.status != "ok":
+            raise RuntimeError(f"%dist_init failed: {r.error}")
+        if driver.manager.provisioner is not None and getattr(driver.manager.provisioner, "pid", None):
+            below = _descendants(driver.manager.provisioner.pid)
+        p_s, f_s, p_b, f_b = [], [], [], []
+        for i in range(runs + 1):
+            order = [("plain", plain, BODY), ("flood", driver, "%%collective\n" + BODY)]
+            for name, k, code in order if i % 2 else reversed(order):
+                seconds, size = timed(k, code)
+                if i == 0:
+                    continue  # warm-up
+                (p_s if name == "plain" else f_s).append(seconds)
+                (p_b if name == "plain" else f_b).append(size)
+            if i:
+                print(f"run {i}: plain {p_s[-1]:.3f} s {p_b[-1] / 1e6:.2f} MB; "
+                      f"{world_size} ranks {f_s[-1]:.3f} s {f_b[-1] / 1e6:.2f} MB", flush=True)
+        return p_s, f_s, p_b, f_b
+    finally:
+        with contextlib.suppress(Exception):
+            driver.execute("%unload_ext nbdist", timeout=60)
+        for k in (plain, driver):
+            with contextlib.suppress(Exception):
+                k.shutdown()
+        _kill(below)
+
+
+def _notebook(world_size: int) -> dict[str, Any]:
+    cells = ["%load_ext nbdist", f"%dist_init --spawn {world_size} --master-port {free_port()}",
+             "%%collective\n" + BODY, "x = 1"]
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3",
+                                                                            "display_name": "Python 3"}},
+            "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "source": s, "outputs": [],
+                       "execution_count": None} for i, s in enumerate(cells)]}
+
+
+@contextlib.contextmanager
+def lab(root: Path) -> Iterator[str]:
+    settings = root.parent / "settings"
+    for name, value in (("apputils-extension/notification", {"fetchNews": "false", "checkForUpdates": False}),
+                        ("notebook-extension/tracker", {"windowingMode": "none"})):
+        path = settings / "@jupyterlab" / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value))
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+         "--IdentityProvider.token=", f"--ServerApp.root_dir={root}", "--ServerApp.disable_check_xsrf=True",
+         "--allow-root", f"--LabApp.user_settings_dir={settings}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("JupyterLab did not start within 60 s") from None
+                time.sleep(0.3)
+        yield base
+    finally:
+        below = _descendants(process.pid)
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        time.sleep(2)  # its kernels end their workers as they exit
+        _kill({pid for pid in below if Path(f"/proc/{pid}").exists()})
+
+
+def browser_figures(chromium: str, world_size: int, clicks: int) -> tuple[list[float], int, float]:
+    """Click latencies (ms) after the flood cell, the characters of its output in the page, and its seconds."""
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory(prefix="nbdist-floods-") as tmp:
+        root = Path(tmp) / "root"
+        root.mkdir()
+        (root / "flood.ipynb").write_text(json.dumps(_notebook(world_size)))
+        with lab(root) as base, sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=[
+                "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run"])
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(f"{base}/lab/tree/flood.ipynb", timeout=60_000)
+                nb = page.locator(".jp-NotebookPanel").first
+                nb.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').wait_for(timeout=120_000)
+                cells = nb.locator(".jp-CodeCell")
+                cells.first.click()
+                page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+                page.locator(".lm-Menu-itemLabel").get_by_text("Run All Cells", exact=True).click()
+                cells.nth(1).locator(".jp-InputPrompt", has_text="2").wait_for(timeout=300_000)  # the world formed
+                started = time.monotonic()
+                cells.nth(3).locator(".jp-InputPrompt", has_text="4").wait_for(timeout=300_000)
+                cell_seconds = time.monotonic() - started
+                chars = len(cells.nth(2).locator(".jp-OutputArea").inner_html())
+                latencies = []
+                for i in range(clicks + 1):
+                    target = cells.nth(i % 2 + 2)
+                    start = time.monotonic()
+                    target.locator(".jp-InputPrompt").click()
+                    page.wait_for_function("el => el.classList.contains('jp-mod-active')",
+                                           arg=target.element_handle(), timeout=30_000)
+                    if i:
+                        latencies.append((time.monotonic() - start) * 1000)
+                return latencies, chars, cell_seconds
+            finally:
+                browser.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--world-size", type=int, default=4)
+    parser.add_argument("--no-browser", action="store_true")
+    parser.add_argument("--clicks", type=int, default=9)
+    parser.add_argument("--chromium", default=os.environ.get("NBDIST_CHROMIUM", "/usr/bin/chromium"))
+    args = parser.parse_args()
+    began = begin()
+    print(load_note("at start", judge=True), flush=True)
+    p_s, f_s, p_b, f_b = kernel_figures(args.runs, args.world_size)
+    ratio = statistics.median(f_s) / statistics.median(p_s)
+    n = args.world_size
+    rows = [
+        figure("one plain cell printing 20,000 lines", p_s, "s", decimals=3),
+        figure(f"{n} driven ranks each printing 20,000 lines", f_s, "s", decimals=3),
+        figure(f"{n} ranks / plain (ratio of the medians)", [], "x", median=ratio, runs=len(f_s),
+               target=f"≤ {RATIO_TARGET:g}x", met=ratio <= RATIO_TARGET),
+        figure("bytes to the front end, plain cell", [b / 1e6 for b in p_b], "MB"),
+        figure(f"bytes to the front end, {n} ranks, live updates included", [b / 1e6 for b in f_b], "MB",
+               target="≤ 2 MB", met=statistics.median(f_b) <= BYTES_TARGET and max(f_b) <= BYTES_TARGET),
+    ]
+    notes = [load_note("at start", judge=False) + f" (1, 5, 15 min: {', '.join(f'{v:.2f}' for v in began.load)})"]
+    print(f"ratio {ratio:.2f}x; bytes median {statistics.median(f_b) / 1e6:.3f} MB, max {max(f_b) / 1e6:.3f} MB")
+    if not args.no_browser:
+        latencies, chars, cell_seconds = browser_figures(args.chromium, n, args.clicks)
+        print(f"JupyterLab: click answered in {statistics.median(latencies):.0f} ms (median of {len(latencies)}); "
+              f"the cell's output {chars:,} characters of HTML; the cell took {cell_seconds:.1f} s in the page")
+        rows += [figure("JupyterLab: a click answered after the cell (Chromium)", latencies, "ms", decimals=0),
+                 figure("the flood cell's output in the page, HTML", [chars / 1e3], "k characters", decimals=0)]
+    notes.append(load_note("at end", judge=False))
+    record("floods", f"A print in a loop on every rank: {n} driven ranks × 20,000 lines", rows, began, notes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
