@@ -9,7 +9,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.display import display
 
-from .cell import outcome_view, wholeoutput
+from .cell import outcome_view
 from .divergemagics import NAME as DIVERGE_NAME
 from .divergemagics import DivergeMagics
 from .errors import NotInitializedError
@@ -25,13 +25,13 @@ def rank_output(rank: int, full: bool = False) -> Any:
     magics = registered()
     outcome = magics.last_outcome if magics is not None else None
     world = magics.session.world if magics is not None else None
-    if outcome is None or world is None:
+    if magics is None or outcome is None or world is None:
         raise UsageError("nbdist.rank_output: this notebook has shown no %%collective table yet")
     if not 0 <= rank < world.world_size:
         raise UsageError(f"nbdist.rank_output: rank {rank} is not in this world (ranks 0-{world.world_size - 1})")
     if full:
         try:
-            return wholeoutput.read(outcome.captures[rank], rank, world.describe(rank))
+            return magics.session.whole_output(rank, outcome.captures[rank])
         except LookupError as exc:
             raise UsageError(f"nbdist.rank_output: {exc}") from None
     return outcome_view.final_table(world, replace(outcome, view="ranks", show=(rank,)))

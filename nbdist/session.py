@@ -25,7 +25,7 @@ from ._version import __version__
 from .backend import backends, debugmode, envplan, setup, userinit
 from .backend.environ import Environ
 from .backend.state import BackendState
-from .cell import cells, names, rebuild, turn, wholeoutput
+from .cell import cells, names, rebuild, turn, wholeask, wholeoutput
 from .cell import step as steps
 from .cell.guard import Guard, request_stop
 from .cell.hooks import Collectives
@@ -47,6 +47,7 @@ from .heal.history import History
 from .world import keys, link, netinfo, signing
 from .world.heartbeat import Heartbeat
 from .world.link import StoreLink
+from .world.liveness import PeerTracker
 from .world.pulse import beat_from
 from .world.records import Registration
 from .world.store import Server, StoreClient
@@ -234,6 +235,22 @@ class Session:
         assert world is not None and heartbeat is not None
         heartbeat.add_chore(where.responder(world.client, world.round, world.rank, self.secret).tick)
         heartbeat.add_chore(postmortem.responder(world, self.secret, self.kept).tick)
+        heartbeat.add_chore(wholeask.responder(world.client, world.round, world.rank, self.secret,
+                                               self.whole.root).tick)
+
+    def whole_output(self, rank: int, capture: Any) -> wholeoutput.WholeOutput:
+        """``nbdist.rank_output(rank, full=True)``: from its kept file on this disk, else asked of the rank through
+        the store (:mod:`nbdist.cell.wholeask`). Raises ``LookupError`` saying why there is none."""
+        world = self.require_world("nbdist.rank_output")
+        where = world.describe(rank)
+        try:
+            return wholeoutput.read(capture, rank, where)
+        except wholeoutput.Elsewhere as away:
+            tracker = PeerTracker(world.ranks, world.rank)
+            text = wholeask.ask(world.client, world.round, rank, away.path, signing.key_from(self.secret()),
+                                where=where,
+                                gone=lambda: next((why for i, why in tracker.dead(world.client) if i == rank), None))
+            return wholeoutput.finished(text, capture.kept, rank)
 
     def pdb(self, rank: int, timeout: float) -> None:
         """%dist_pdb: the debugger at ``rank``'s failed cell, here (:mod:`nbdist.debug.postmortem`)."""

@@ -76,3 +76,30 @@ def test_dist_destroy_removes_every_ranks_kept_output():
         while any(os.path.exists(p) for p in paths):
             assert time.monotonic() < deadline, f"still there: {[p for p in paths if os.path.exists(p)]}"
             time.sleep(0.2)
+
+
+ASK = """\
+from nbdist.cell import wholeask
+from nbdist.world import signing
+magics = get_ipython().magics_manager.registry['DistMagics']
+world, key = magics.session.world, signing.key_from(magics.session.secret())
+def fetch(path):
+    try:
+        return wholeask.ask(world.client, world.round, 1, path, key, where='rank 1')
+    except LookupError as e:
+        return f'refused: {e}'
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_notebook_on_another_host_gets_a_ranks_whole_output_through_the_store_and_nothing_else(driver):
+    """What rank_output(k, full=True) does when rank k's disk is not this notebook's: asked here of a worker on this
+    machine, as it would be of one on another host."""
+    ok([driver.execute(FLOOD, timeout=240)])
+    kept = _kept(driver, 1)
+    ok([driver.execute(ASK)])
+    r = ok([driver.execute(f"text = fetch({kept['path']!r})\n"
+                           f"print(text == open({kept['path']!r}).read(), len(text.splitlines()))", timeout=90)])[0]
+    assert r.text().strip() == f"True {LINES}"
+    r = ok([driver.execute("print(fetch('/etc/passwd'))", timeout=90)])[0]
+    assert "refused: rank 1: /etc/passwd is not one of its kept outputs" in r.text()

@@ -7,8 +7,8 @@ private folder of this kernel's (``<tmp>/nbdist-output-<uid>/<pid>/``): at most 
 cell (what comes after is counted, not kept, and the record says so) and :data:`KERNEL_BYTES` in all
 (the oldest cells' files go first). The capture record names the file, its host and its size
 (``kept``); ``nbdist.rank_output(k, full=True)`` reads it where that host's disk is this notebook's
-(a driven world's workers, peers on one machine). ``%dist_destroy`` and the kernel's exit remove the
-folder.
+(a driven world's workers, peers on one machine), and elsewhere asks rank k for it through the store
+(:mod:`nbdist.cell.wholeask`). ``%dist_destroy`` and the kernel's exit remove the folder.
 """
 
 from __future__ import annotations
@@ -142,10 +142,18 @@ class WholeOutput(str):
         p.text(repr(self))
 
 
+class Elsewhere(LookupError):
+    """The kept file is on another host's disk (``path``): ask that rank for it (:mod:`nbdist.cell.wholeask`)."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 def read(capture: Any, rank: int, where: str) -> WholeOutput:
     """Rank ``rank``'s whole output of the cell ``capture`` records, read from its kept file, or from the
     record itself when nothing was left out; ``where``: the rank, as messages name it. Raises ``LookupError``
-    saying why it cannot be read here."""
+    saying why it cannot be read here (:class:`Elsewhere`: the file is on another host)."""
     if capture is None:
         raise LookupError(f"{where} sent no record of this cell")
     kept = capture.kept
@@ -153,14 +161,19 @@ def read(capture: Any, rank: int, where: str) -> WholeOutput:
         return WholeOutput("".join(o["text"] for o in capture.outputs if o["kind"] in ("stdout", "stderr")), rank)
     host, here = kept["host"], socket.gethostname()
     if host != here:
-        raise LookupError(f"{where} keeps its whole output of this cell on its own host, {host}, at {kept['path']} "
-                          f"({kept['lines']:,} lines); this notebook runs on {here}: read it there")
+        raise Elsewhere(f"{where} keeps its whole output of this cell on its own host, {host}, at {kept['path']} "
+                        f"({kept['lines']:,} lines); this notebook runs on {here}", kept["path"])
     try:
         with open(kept["path"], encoding="utf-8", errors="replace") as f:
             text = f.read()
     except FileNotFoundError:
         raise LookupError(f"{where}'s whole output of this cell is no longer kept ({kept['path']} was removed: the "
                           "rank left the world, or newer cells needed the room)") from None
+    return finished(text, kept, rank)
+
+
+def finished(text: str, kept: dict[str, Any], rank: int) -> WholeOutput:
+    """A kept file's text as ``rank_output`` returns it: saying so at its end when the file was capped."""
     if kept.get("capped"):
         text += f"\n[nbdist: {kept['capped']}]\n"
     return WholeOutput(text, rank)
