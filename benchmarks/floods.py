@@ -10,8 +10,9 @@ Measures, from the client, as a new user would:
      ≤ 2 MB), beside the plain cell's; and for the same lines printed over about 5 s (a pause every 1,000), so
      that the live table is updated while the body runs, its bytes and its number of updates;
   3. unless ``--no-browser``: the same notebook run in JupyterLab under headless Chromium (Playwright, a system
-     Chromium at ``--chromium``), then the time from a click on a cell until the page marks that cell active,
-     clicks alternating between two cells; and the characters of the flood cell's output in the page.
+     Chromium at ``--chromium``), then the same lines over ~15 s: the time from a click on a cell until the page
+     marks that cell active, clicks alternating between two cells, while that flood runs (its live table updated)
+     and after it; and the characters of the flood cell's output in the page.
 
 Run from the repository root::
 
@@ -48,6 +49,7 @@ BODY = f"for i in range({LINES}):\n    print(f'rank {{RANK}} step {{i}} loss {{i
 # The same lines over about 5 s: the live table is updated while the body runs, and its updates count too.
 SLOW = (f"import time\nfor i in range({LINES}):\n    print(f'rank {{RANK}} step {{i}} loss {{i * 0.001:.4f}}')\n"
         "    if i % 1000 == 999:\n        time.sleep(0.25)\n")
+SLOW_PAGE = SLOW.replace("time.sleep(0.25)", "time.sleep(0.75)")  # about 15 s in the page: clicks while it runs
 RATIO_TARGET, BYTES_TARGET = 3.0, 2_000_000
 
 
@@ -142,7 +144,7 @@ def kernel_figures(runs: int, world_size: int, slow_runs: int) -> Figures:
 
 def _notebook(world_size: int) -> dict[str, Any]:
     cells = ["%load_ext nbdist", f"%dist_init --spawn {world_size} --master-port {free_port()}",
-             "%%collective\n" + BODY, "x = 1"]
+             "%%collective\n" + BODY, "x = 1", "%%collective\n" + SLOW_PAGE]
     return {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3",
                                                                             "display_name": "Python 3"}},
             "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {}, "source": s, "outputs": [],
@@ -187,8 +189,9 @@ def lab(root: Path) -> Iterator[str]:
         _kill({pid for pid in below if Path(f"/proc/{pid}").exists()})
 
 
-def browser_figures(chromium: str, world_size: int, clicks: int) -> tuple[list[float], int, float]:
-    """Click latencies (ms) after the flood cell, the characters of its output in the page, and its seconds."""
+def browser_figures(chromium: str, world_size: int, clicks: int) -> tuple[list[float], list[float], int]:
+    """Click latencies (ms) while the slow flood runs and after it, and the characters of the flood cell's output in
+    the page."""
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory(prefix="nbdist-floods-") as tmp:
@@ -208,21 +211,27 @@ def browser_figures(chromium: str, world_size: int, clicks: int) -> tuple[list[f
                 cells.first.click()
                 page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
                 page.locator(".lm-Menu-itemLabel").get_by_text("Run All Cells", exact=True).click()
-                cells.nth(1).locator(".jp-InputPrompt", has_text="2").wait_for(timeout=300_000)  # the world formed
-                started = time.monotonic()
-                cells.nth(3).locator(".jp-InputPrompt", has_text="4").wait_for(timeout=300_000)
-                cell_seconds = time.monotonic() - started
+                cells.nth(3).locator(".jp-InputPrompt", has_text="4").wait_for(timeout=600_000)
                 chars = len(cells.nth(2).locator(".jp-OutputArea").inner_html())
-                latencies = []
-                for i in range(clicks + 1):
+
+                def click(i: int) -> float:
                     target = cells.nth(i % 2 + 2)
                     start = time.monotonic()
                     target.locator(".jp-InputPrompt").click()
                     page.wait_for_function("el => el.classList.contains('jp-mod-active')",
                                            arg=target.element_handle(), timeout=30_000)
-                    if i:
-                        latencies.append((time.monotonic() - start) * 1000)
-                return latencies, chars, cell_seconds
+                    return (time.monotonic() - start) * 1000
+
+                slow_done = cells.nth(4).locator(".jp-InputPrompt", has_text="5")
+                during = []  # while the slow flood runs and its live table is updated
+                i = 0
+                while not slow_done.count():
+                    latency = click(i)
+                    if not slow_done.count():
+                        during.append(latency)
+                    i += 1
+                after = [click(i) for i in range(clicks + 1)][1:]
+                return during, after, chars
             finally:
                 browser.close()
 
@@ -260,10 +269,13 @@ def main() -> int:
     notes = [at_start]
     print(f"ratio {ratio:.2f}x; bytes median {statistics.median(f_b) / 1e6:.3f} MB, max {max(f_b) / 1e6:.3f} MB")
     if not args.no_browser:
-        latencies, chars, cell_seconds = browser_figures(args.chromium, n, args.clicks)
-        print(f"JupyterLab: click answered in {statistics.median(latencies):.0f} ms (median of {len(latencies)}); "
-              f"the cell's output {chars:,} characters of HTML; the cell took {cell_seconds:.1f} s in the page")
-        rows += [figure("JupyterLab: a click answered after the cell (Chromium)", latencies, "ms", decimals=0),
+        during, after, chars = browser_figures(args.chromium, n, args.clicks)
+        print(f"JupyterLab: a click answered in {statistics.median(during):.0f} ms while a ~15 s flood ran (median "
+              f"of {len(during)}), {statistics.median(after):.0f} ms after it (median of {len(after)}); the flood "
+              f"cell's output {chars:,} characters of HTML")
+        rows += [figure("JupyterLab: a click answered while a ~15 s flood runs (Chromium)", during, "ms",
+                        decimals=0),
+                 figure("JupyterLab: a click answered after the floods (Chromium)", after, "ms", decimals=0),
                  figure("the flood cell's output in the page, HTML", [chars / 1e3], "k characters", decimals=0)]
     notes.append(load_note("at end", judge=False))
     record("floods", f"A print in a loop on every rank: {n} driven ranks × 20,000 lines", rows, began, notes)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -88,3 +90,15 @@ def test_a_kernel_keeps_its_newest_cells_within_its_budget_and_clear_removes_the
     keeper.clear()
     keeper.clear()
     assert not (tmp_path / "k").exists()
+
+
+def test_the_folders_of_kernels_that_are_gone_are_removed_and_a_living_ones_kept(tmp_path):
+    from nbdist.cell.wholeoutput import remove_dead
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    for pid in (os.getpid(), gone.pid):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "t-1-rank0.txt").write_text("x\n")
+    remove_dead(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [str(os.getpid())]
