@@ -77,11 +77,15 @@ def show(tensor: Any, label: str | None = None, owner: Any = None, *, world_size
     show(tensor, label, owner, world_size=world_size)
 
 
-def rank_output(rank: int) -> Any:
-    """Rank ``rank``'s whole column of the last ``%%collective`` table this notebook showed (a table to display)."""
+def rank_output(rank: int, full: bool = False) -> Any:
+    """Rank ``rank``'s whole column of the last ``%%collective`` table this notebook showed (a table to display).
+
+    ``full=True``: every line that rank printed in that cell, as text (``print()`` it, or ``.splitlines()``), also
+    where the table showed only its first and latest lines; kept on that rank's disk until it leaves the world.
+    """
     from .extension import rank_output as column
 
-    return column(rank)
+    return column(rank, full)
 
 
 def last_trace() -> list[dict[str, Any]]:

@@ -19,15 +19,21 @@ from .magics import _NAME, DistMagics, registered
 from .view.display import Message
 
 
-def rank_output(rank: int) -> Any:
-    """Rank ``rank``'s whole column of the last %%collective table shown in this notebook."""
+def rank_output(rank: int, full: bool = False) -> Any:
+    """Rank ``rank``'s whole column of the last %%collective table shown in this notebook; ``full``: every line
+    it printed, as text, from the file it kept (:mod:`nbdist.cell.wholeoutput`)."""
     magics = registered()
     outcome = magics.last_outcome if magics is not None else None
     world = magics.session.world if magics is not None else None
-    if outcome is None or world is None:
+    if magics is None or outcome is None or world is None:
         raise UsageError("nbdist.rank_output: this notebook has shown no %%collective table yet")
     if not 0 <= rank < world.world_size:
         raise UsageError(f"nbdist.rank_output: rank {rank} is not in this world (ranks 0-{world.world_size - 1})")
+    if full:
+        try:
+            return magics.session.whole_output(rank, outcome.captures[rank])
+        except LookupError as exc:
+            raise UsageError(f"nbdist.rank_output: {exc}") from None
     return outcome_view.final_table(world, replace(outcome, view="ranks", show=(rank,)))
 
 

@@ -25,7 +25,7 @@ from ._version import __version__
 from .backend import backends, debugmode, envplan, setup, userinit
 from .backend.environ import Environ
 from .backend.state import BackendState
-from .cell import cells, names, rebuild, turn
+from .cell import cells, names, rebuild, turn, wholeask, wholeoutput
 from .cell import step as steps
 from .cell.guard import Guard, request_stop
 from .cell.hooks import Collectives
@@ -47,6 +47,7 @@ from .heal.history import History
 from .world import keys, link, netinfo, signing
 from .world.heartbeat import Heartbeat
 from .world.link import StoreLink
+from .world.liveness import PeerTracker
 from .world.pulse import beat_from
 from .world.records import Registration
 from .world.store import Server, StoreClient
@@ -145,6 +146,7 @@ class Session:
         # What building the process group needs: the session's parts, not the session (nbdist.cell.rebuild).
         self.group = rebuild.Parts(self.link, self.backend, self.cell_turn.hooks, self.cell_turn.turn)
         self.kept = postmortem.Kept()  # this rank's last failed %%collective body, for %dist_pdb
+        self.whole = wholeoutput.Keeper()  # its cells' whole outputs, where a table left some out
         self.history = History()  # this notebook's %%collective cells in its world, for %dist_replay
         self.aids = aids.Aids(self.secret, lambda: self.pg_timeout)  # breakpoints, where a hung cell's ranks were
 
@@ -233,6 +235,22 @@ class Session:
         assert world is not None and heartbeat is not None
         heartbeat.add_chore(where.responder(world.client, world.round, world.rank, self.secret).tick)
         heartbeat.add_chore(postmortem.responder(world, self.secret, self.kept).tick)
+        heartbeat.add_chore(wholeask.responder(world.client, world.round, world.rank, self.secret,
+                                               self.whole.root).tick)
+
+    def whole_output(self, rank: int, capture: Any) -> wholeoutput.WholeOutput:
+        """``nbdist.rank_output(rank, full=True)``: from its kept file on this disk, else asked of the rank through
+        the store (:mod:`nbdist.cell.wholeask`). Raises ``LookupError`` saying why there is none."""
+        world = self.require_world("nbdist.rank_output")
+        where = world.describe(rank)
+        try:
+            return wholeoutput.read(capture, rank, where)
+        except wholeoutput.Elsewhere as away:
+            tracker = PeerTracker(world.ranks, world.rank)
+            text = wholeask.ask(world.client, world.round, rank, away.path, signing.key_from(self.secret()),
+                                where=where,
+                                gone=lambda: next((why for i, why in tracker.dead(world.client) if i == rank), None))
+            return wholeoutput.finished(text, capture.kept, rank)
 
     def pdb(self, rank: int, timeout: float) -> None:
         """%dist_pdb: the debugger at ``rank``'s failed cell, here (:mod:`nbdist.debug.postmortem`)."""
@@ -385,7 +403,8 @@ class Session:
     def _body(self, flags: cells.Flags, note: str | None) -> Callable[[cells.Body], cells.Ran]:
         """How this cell's body runs: opening with ``note``; under ``--find-divergence``, recorded and compared; in
         a kernel that took over a slot, its NameError carrying the names it holds (:mod:`nbdist.cell.names`)."""
-        run_body = self.run_body if note is None else cells.noted(self.run_body, note)
+        run_body = self.whole.body(self.run_body)
+        run_body = run_body if note is None else cells.noted(run_body, note)
         if flags.find_divergence:
             run_body = cells.around(run_body, lambda: oplog.find_divergence(flags.replicas))
         if not self.cell_turn.took_over:
@@ -452,6 +471,7 @@ class Session:
             self.link.leave_world()
         self.cell_turn.forget_group()
         self.kept.clear()
+        self.whole.clear()
         self.history.clear()
         self.backend.leave()
         self.link.disconnect()

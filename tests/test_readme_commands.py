@@ -211,6 +211,8 @@ SKIP = {
     r"python benchmarks/memory\.py(?: .*)?": "a benchmark of minutes (8 spawned ranks; root for the memory cgroup): "
                                             "tests/test_binder_limits.py runs its binder part; the script and its "
                                             "flags are checked",
+    r"python benchmarks/floods\.py(?: .*)?": "a benchmark of minutes with JupyterLab and Chromium; "
+                                            "tests/test_floods.py runs a flood on real kernels",
     r"python benchmarks/soak\.py(?: .*)?": "a soak of ten minutes (the long version): tests/test_soak.py runs its "
                                           "--short version; the script and its flags are checked",
     r"%%collective --timeout 5": "a fault-table row: tests/test_in_step.py::"

@@ -5,7 +5,8 @@ Owns one rank's turn at a step, its phases and how a step ends early
 (``cells``) and the error it ends with (``cellerror``; ``names``: what a kernel that took over a slot
 lacks, said with its NameError), what the last rank at a cell's end
 finds for every rank and whose records each rank reads there (``ending``), running and capturing the body
-(``capture``, ``outputlog``, ``progress``), checking collectives
+(``capture``, ``outputlog``, ``progress``; ``wholeoutput``: a rank's whole output kept on its disk once its
+table leaves some out, ``wholeask``: fetched through the store by a notebook on another host), checking collectives
 (``fingerprint``, ``history``, ``hooks``), a rank's stop state in one object (``stops``), watching and
 stopping a body (``watch``, ``stopper``, ``guard``, ``prestart``: the stop state's inputs), whether a cell
 started a collective by torch's own count (``inflight``), the plain-cell safety net (``plain``),

@@ -1,13 +1,15 @@
 """The live table: a %%collective cell's table published early, updated in place while the cell runs.
 
 Every half second, from 0.5 s into the body, each rank publishes what its
-body produced so far (its :class:`~nbdist.cell.outputlog.OutputLog`) and its state
+body produced so far (its :class:`~nbdist.cell.outputlog.OutputLog`, its first and
+latest :data:`LIVE_LINES` lines: a flood shows its ends) and its state
 under ``<cell>/live/<rank>``, when either changed, and counts it
 (``live/n``; the first time it also lists itself in ``live/ranks``). A notebook
 that shows the table reads that count every half second, and only when it
 moved, the list and every listed part (one ``multi_get``): a constant number of
 store operations, whatever the world's size. It updates one display in its own
-notebook, by display id, when the table changed. The table is the one
+notebook, by display id, when the table changed, at most :data:`LIVE_RATE` bytes a
+second (:func:`next_show`). The table is the one
 :func:`~nbdist.view.celltable.cell_table` draws at the end, with a state row
 per rank; the final table replaces it. A cell that ends within 0.5 s
 publishes nothing early. "running N s" is counted on this
@@ -41,6 +43,15 @@ log = logging.getLogger(__name__)
 LIVE_AFTER = 0.5  # seconds into the body before the first live table
 LIVE_EVERY = 0.5  # at most this often, per notebook
 LIVE_BYTES = 512 * 1024  # a rank's live record is cut to this; the final one may be larger
+LIVE_LINES = 100  # lines of a rank's output the live table shows: its first and its latest (a flood's ends)
+LIVE_CHARS = 16 * 1024  # characters of it, likewise
+LIVE_RATE = 100_000  # bytes per second at most that the live table sends its notebook's front end
+
+
+def next_show(now: float, sent: int) -> float:
+    """When this notebook may update its live table again, having just sent ``sent`` bytes at ``now``: every
+    :data:`LIVE_EVERY` s at most, and no more than :data:`LIVE_RATE` bytes a second (a large table waits longer)."""
+    return now + max(LIVE_EVERY, sent / LIVE_RATE)
 
 
 def cell_line(thread: int | None) -> int | None:
@@ -98,6 +109,7 @@ class LiveTable:
         self._count = 0  # the count of parts published, as this notebook last read it
         self._others: dict[int, LivePart] = {}  # the other ranks' parts, as last read
         self._shown = ""
+        self._show_after = 0.0  # this notebook's next update of its table, no sooner (:func:`next_show`)
 
     def _key(self, rank: int) -> str:
         return self.world.key(keys.live(self.cell, rank))
@@ -129,7 +141,7 @@ class LiveTable:
         if sent == self._sent and not force:
             return
         self._sent = sent
-        part = replace(self._mine, outputs=self.output.snapshot())
+        part = replace(self._mine, outputs=self._outputs())
         world = self.world
         world.client.set(self._key(world.rank), fit(part.as_dict(), LIVE_BYTES))
         if not self._listed:  # listed after its part is in: a reader reads listed parts only, all at once
@@ -138,6 +150,10 @@ class LiveTable:
         count = world.client.add(world.key(keys.live_count(self.cell)), 1)
         if count == self._count + 1:  # nobody else published since this notebook last read theirs: nothing to read
             self._count = count
+
+    def _outputs(self) -> list[dict[str, Any]]:
+        """This rank's output as the live table shows it: the head and the latest lines of the same log."""
+        return self.output.snapshot(lines=LIVE_LINES, chars=LIVE_CHARS)
 
     def _read_others(self) -> dict[int, LivePart]:
         """The other ranks' parts: read again only when the count of parts published moved since the last look."""
@@ -170,12 +186,12 @@ class LiveTable:
         return f" (there for {now - seen[1]:.0f} s)"
 
     def _show(self, now: float) -> None:
-        if self.publisher is None:  # a rank with no front end: it publishes its part, draws nothing
+        if self.publisher is None or now < self._show_after:  # no front end: it publishes its part, draws nothing
             return
         world = self.world
         others = self._read_others()
         parts: list[LivePart | None] = [  # None: not published yet (still running)
-            replace(self._mine, outputs=self.output.snapshot()) if i == world.rank else others.get(i)
+            replace(self._mine, outputs=self._outputs()) if i == world.rank else others.get(i)
             for i in range(world.world_size)]
         captures = [Capture(outputs=[] if p is None else p.outputs, result=None, error=None, wall=0.0) for p in parts]
         states = [_state(p, now - self.started, self._sampled(i, p, now)) for i, p in enumerate(parts)]
@@ -184,6 +200,7 @@ class LiveTable:
         if bundle["text/html"] == self._shown:
             return
         self._shown = bundle["text/html"]
+        self._show_after = next_show(now, sum(len(v) for v in bundle.values() if isinstance(v, str)))
         first = self.display_id is None
         if first:
             self.display_id = uuid.uuid4().hex

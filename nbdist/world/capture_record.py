@@ -18,6 +18,7 @@ _ERROR = Object({"ename": str, "evalue": str}, {"traceback": str, "short": str, 
 _GROUP_STATE = Object({"ok": bool}, {"why": str, "groups": [str], "calls": {str: int}, "seq": {str: int}})
 _CHECKS = Object({"groups": {str: Object({"n": int, "h": int, "runs": [[int]]}, {"truncated": bool})},
                    "sigs": {str: {str: None}}})
+_KEPT = Object({"path": str, "host": str, "chars": int, "lines": int}, {"capped": str})
 _TRACED = Object({"group": str, "seq": int, "op": str, "enter": NUMBER, "leave": NUMBER}, {"bytes": int})
 
 
@@ -53,7 +54,8 @@ class Capture:
     bundle; ``error``: what it raised (:class:`Raised`); ``wall``: the body's seconds; ``rank``;
     ``collectives``: how many of each it issued; ``checks``: its collectives' histories, for the end's
     comparison; ``trace``: its traced calls; ``pg``: its process group's state
-    (:meth:`nbdist.backend.procgroup.ProcessGroup.state`); ``cancelled``: why the cell was cut short here.
+    (:meth:`nbdist.backend.procgroup.ProcessGroup.state`); ``cancelled``: why the cell was cut short here; ``kept``:
+    where its whole output is, when ``outputs`` left some out (:mod:`nbdist.cell.wholeoutput`).
     :func:`nbdist.cell.capture.run_cell` makes the first four; the cell adds the rest as it publishes it. Its one
     codec is :meth:`as_dict` (the JSON object the store holds: fields left None are left out, but ``result`` and
     ``error``) and :meth:`from_dict`; the views read it as it is, by its fields.
@@ -69,9 +71,10 @@ class Capture:
     trace: list[dict[str, Any]] | None = None
     pg: dict[str, Any] | None = None
     cancelled: str | None = None
+    kept: dict[str, Any] | None = None
 
     _SHAPES: ClassVar[dict[str, Any]] = {"rank": int, "collectives": {str: int}, "pg": _GROUP_STATE,
-                                         "checks": _CHECKS, "trace": [_TRACED], "cancelled": str}
+                                         "checks": _CHECKS, "trace": [_TRACED], "cancelled": str, "kept": _KEPT}
 
     def as_dict(self) -> dict[str, Any]:
         """The record as the JSON object the store holds (:func:`nbdist.view.shrink.fit` cuts it to size)."""

@@ -90,6 +90,7 @@ DRIVE_REFUSED = "drive/refused"
 WHERE_ASKS = "where/asks"
 PDB_ASKS = "pdb/asks"
 BP_ASKS = "bp/asks"
+WHOLE_ASKS = "whole/asks"
 
 
 def rank(i: int) -> str:
@@ -139,6 +140,19 @@ def where_answer(k: int, i: int) -> str:
 
 def where_answered(k: int) -> str:
     return f"where/{k}/answered"
+
+
+def whole_ask(k: int) -> str:
+    """Request ``k`` for a rank's whole output of a cell (:mod:`nbdist.cell.wholeask`)."""
+    return f"whole/{k}/ask"
+
+
+def whole_answer(k: int) -> str:
+    return f"whole/{k}/answer"
+
+
+def whole_part(k: int, i: int) -> str:
+    return f"whole/{k}/part/{i}"
 
 
 def pdb_ask(k: int) -> str:

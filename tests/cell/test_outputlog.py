@@ -60,7 +60,7 @@ def test_a_long_log_keeps_its_head_and_latest_tail_and_says_what_it_dropped() ->
     outputs = log.snapshot()
     assert outputs[0]["text"].startswith("line 0\n")
     assert outputs[-1]["text"].endswith("line 9999\n")
-    assert outputs[1]["kind"] == "note" and "characters not shown: output truncated" in outputs[1]["text"]
+    assert outputs[1]["kind"] == "note" and "lines (99 kB) not shown: output truncated" in outputs[1]["text"]
     assert sum(len(o["text"]) for o in outputs) < 400
 
 
