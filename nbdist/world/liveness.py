@@ -51,9 +51,12 @@ class PeerTracker:
 
     def dead(self, client: StoreClient) -> list[tuple[int, str]]:
         """(rank, why) of the ranks that are gone or unreachable."""
+        beats = self.beats(client)
+        # Taken after the reads: a look that reads for longer than DEAD_AFTER (one read per peer, in a large world on
+        # a busy server) would otherwise date what it read to before it read it, and the next look call them dead.
         now = time.monotonic()
         gone = []
-        for i, beat in self.beats(client).items():
+        for i, beat in beats.items():
             n = None if beat is None else beat.n
             last_n, since = self._seen.get(i, (n, now))
             if n != last_n or i not in self._seen:

@@ -69,3 +69,34 @@ def test_a_beat_that_is_not_one_reads_as_none_and_its_rank_as_silent_not_as_an_e
     client.set("hb/s1", text)
     tracker = PeerTracker(RANKS[:2], 0)
     assert tracker.beats(client) == {1: None} and tracker.dead(client) == []  # within the grace: not dead yet
+
+
+class _SlowReads:
+    """A store whose every read takes 3 s of the tracker's clock: a large world's first look, one read per peer."""
+
+    def __init__(self, clock, texts: dict[str, str]) -> None:
+        self.clock, self.texts = clock, texts
+
+    def get_if(self, key: str) -> str | None:
+        self.clock.now += 3.0
+        return self.texts.get(key)
+
+    def multi_get(self, keys: list[str]) -> list[str]:
+        self.clock.now += 3.0
+        return [self.texts[k] for k in keys]
+
+
+def test_a_look_that_reads_for_longer_than_dead_after_dates_the_beats_it_read_to_its_end(monkeypatch):
+    """Found by the simulated world at 256 ranks (benchmarks/simulated_world.py): the first look read 255 beats
+    one by one for over 5 s, dated them to its start, and the next look, a moment later, found the last ones read
+    unmoved "for 5 s" and called live ranks dead."""
+    from nbdist.world import liveness
+
+    clock = type("Clock", (), {"now": 0.0, "monotonic": lambda self: self.now})()
+    monkeypatch.setattr(liveness, "time", clock)
+    store = _SlowReads(clock, {f"hb/s{i}": json.dumps({"n": 1, "t": 1.0, "rank": i}) for i in (1, 2)})
+    tracker = PeerTracker(RANKS[:3], 0)
+    assert tracker.dead(store) == []  # two reads: the clock reads 6 s at its end
+    assert tracker.dead(store) == []  # read at 9 s, unmoved since the first look ended (6 s): alive
+    clock.now += 3.0
+    assert [i for i, _ in tracker.dead(store)] == [1, 2]  # at 15 s, unmoved for 9 s: dead
