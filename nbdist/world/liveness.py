@@ -37,7 +37,13 @@ class PeerTracker:
 
     def beats(self, client: StoreClient) -> dict[int, Beat | None]:
         """Each peer's beat (:func:`.pulse.beat_from`): those known to stay in one ``multi_get``, the others one by
-        one until theirs is seen (one that registered without ``keeps_beat``, of the version before, every time)."""
+        one until theirs is seen (one that registered without ``keeps_beat``, of the version before, every time).
+        Peers that keep their beat but were not seen yet are first looked for together (one ``check``): when every
+        one has beaten, as in a world that formed a moment ago, they join the ``multi_get`` at once, and a large
+        world's first look costs two reads, not one per peer."""
+        unseen = [i for i in self._peers if i not in self._kept and self.ranks[i].keeps_beat]
+        if len(unseen) > 1 and client.check([keys.heartbeat(self._peers[i]) for i in unseen]):
+            self._kept.update(unseen)
         kept = [i for i in self._peers if i in self._kept]
         texts = client.multi_get([keys.heartbeat(self._peers[i]) for i in kept]) if kept else []
         beats = {i: beat_from(t) for i, t in zip(kept, texts, strict=True)}
