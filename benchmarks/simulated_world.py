@@ -559,7 +559,7 @@ def main() -> int:
         "of the server's process (/proc schedstat), beats included."
         + (" A private /etc/hosts named ::ffff:127.0.0.1, so the server's reverse lookup of each new connection "
            "answered locally." if private else " This machine's own resolver answered the server's reverse lookups."),
-        f"{load_note('at start', judge=False)}; {end_note}.",
+        f"{end_note}.",
     ]
     title = "every rank shows the table (peers)" if args.shows == "all" else "rank 0 shows the table (driven)"
     record(name, f"A simulated world, {title}: one trivial cell, by world size", rows_of(results, summaries),
