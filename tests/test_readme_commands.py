@@ -179,6 +179,9 @@ SKIP = {
     r"python benchmarks/rendezvous_scale\.py(?: .*)?":
         "a benchmark of up to 64 processes (--private-hosts also needs root for unshare); the script and its "
         "flags are checked",
+    r"python benchmarks/simulated_world\.py(?: .*)?": "a benchmark of many minutes (up to 1,024 simulated ranks): "
+                                                     "tests/test_simulated_world.py runs it at 4 ranks; the script "
+                                                     "and its flags are checked",
     r"python benchmarks/vs_peers\.py(?: .*)?": "a benchmark of the peers (ipyparallel, nbdistributed: optional, "
                                               "from the network); the script and its flags are checked",
     r"(?:r = )?%dist_bench(?: .*)?": "measures for seconds on every rank: tests/test_bench.py::"

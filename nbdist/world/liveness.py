@@ -37,7 +37,13 @@ class PeerTracker:
 
     def beats(self, client: StoreClient) -> dict[int, Beat | None]:
         """Each peer's beat (:func:`.pulse.beat_from`): those known to stay in one ``multi_get``, the others one by
-        one until theirs is seen (one that registered without ``keeps_beat``, of the version before, every time)."""
+        one until theirs is seen (one that registered without ``keeps_beat``, of the version before, every time).
+        Peers that keep their beat but were not seen yet are first looked for together (one ``check``): when every
+        one has beaten, as in a world that formed a moment ago, they join the ``multi_get`` at once, and a large
+        world's first look costs two reads, not one per peer."""
+        unseen = [i for i in self._peers if i not in self._kept and self.ranks[i].keeps_beat]
+        if len(unseen) > 1 and client.check([keys.heartbeat(self._peers[i]) for i in unseen]):
+            self._kept.update(unseen)
         kept = [i for i in self._peers if i in self._kept]
         texts = client.multi_get([keys.heartbeat(self._peers[i]) for i in kept]) if kept else []
         beats = {i: beat_from(t) for i, t in zip(kept, texts, strict=True)}
@@ -51,9 +57,12 @@ class PeerTracker:
 
     def dead(self, client: StoreClient) -> list[tuple[int, str]]:
         """(rank, why) of the ranks that are gone or unreachable."""
+        beats = self.beats(client)
+        # Taken after the reads: a look that reads for longer than DEAD_AFTER (one read per peer, in a large world on
+        # a busy server) would otherwise date what it read to before it read it, and the next look call them dead.
         now = time.monotonic()
         gone = []
-        for i, beat in self.beats(client).items():
+        for i, beat in beats.items():
             n = None if beat is None else beat.n
             last_n, since = self._seen.get(i, (n, now))
             if n != last_n or i not in self._seen:

@@ -34,13 +34,26 @@ def test_the_beats_seen_are_read_together_the_others_one_by_one(client):
     beat(client, 1, 1)
     beats, kinds = moved(lambda: tracker.beats(client))
     assert beats[1].n == 1 and beats[2] is None and beats[3] is None
-    assert set(kinds) == {"compare_set"} and kinds["compare_set"][0] == 3  # one read each
+    assert set(kinds) == {"check", "compare_set"}  # looked for together (not all there), then one read each
+    assert kinds["check"][0] == 1 and kinds["compare_set"][0] == 3
     for i in (2, 3):
         beat(client, i, 1)
     tracker.beats(client)
     beats, kinds = moved(lambda: tracker.beats(client))
     assert [beats[i].n for i in (1, 2, 3)] == [1, 1, 1]
     assert kinds["multi_get"][0] == 1 and kinds["compare_set"][0] == 1  # ranks 1 and 2 together; rank 3 alone
+
+
+def test_a_first_look_at_peers_that_all_beat_reads_them_together_not_one_by_one(client):
+    """Issue 50: in the simulated world's first cell, each of 256 ranks read 255 beats one by one (65,280 reads)."""
+    ranks = [Registration(session=f"s{i}", rank=i, host="h", pid=i, keeps_beat=True) for i in range(6)]
+    for i in range(1, 6):
+        beat(client, i, 1)
+    tracker = PeerTracker(ranks, 0)
+    beats, kinds = moved(lambda: tracker.beats(client))
+    assert [beats[i].n for i in range(1, 6)] == [1] * 5
+    assert kinds == {"check": kinds["check"], "multi_get": kinds["multi_get"]}
+    assert kinds["check"][0] == 1 and kinds["multi_get"][0] == 1
 
 
 def test_a_stopped_heartbeat_stays_and_reads_as_none_and_the_look_does_not_wait(client, port):
@@ -69,3 +82,38 @@ def test_a_beat_that_is_not_one_reads_as_none_and_its_rank_as_silent_not_as_an_e
     client.set("hb/s1", text)
     tracker = PeerTracker(RANKS[:2], 0)
     assert tracker.beats(client) == {1: None} and tracker.dead(client) == []  # within the grace: not dead yet
+
+
+class _SlowReads:
+    """A store whose every read takes 3 s of the tracker's clock: a large world's first look, one read per peer."""
+
+    def __init__(self, clock, texts: dict[str, str]) -> None:
+        self.clock, self.texts = clock, texts
+
+    def get_if(self, key: str) -> str | None:
+        self.clock.now += 3.0
+        return self.texts.get(key)
+
+    def check(self, keys: list[str]) -> bool:
+        self.clock.now += 3.0
+        return all(k in self.texts for k in keys)
+
+    def multi_get(self, keys: list[str]) -> list[str]:
+        self.clock.now += 3.0
+        return [self.texts[k] for k in keys]
+
+
+def test_a_look_that_reads_for_longer_than_dead_after_dates_the_beats_it_read_to_its_end(monkeypatch):
+    """Found by the simulated world at 256 ranks (benchmarks/simulated_world.py): the first look read 255 beats
+    one by one for over 5 s, dated them to its start, and the next look, a moment later, found the last ones read
+    unmoved "for 5 s" and called live ranks dead."""
+    from nbdist.world import liveness
+
+    clock = type("Clock", (), {"now": 0.0, "monotonic": lambda self: self.now})()
+    monkeypatch.setattr(liveness, "time", clock)
+    store = _SlowReads(clock, {f"hb/s{i}": json.dumps({"n": 1, "t": 1.0, "rank": i}) for i in (1, 2)})
+    tracker = PeerTracker(RANKS[:3], 0)
+    assert tracker.dead(store) == []  # two reads (a check, a multi_get): the clock reads 6 s at its end
+    assert tracker.dead(store) == []  # began at 6 s, read until 9 s, unmoved since the first look ended: alive
+    clock.now += 3.0
+    assert [i for i, _ in tracker.dead(store)] == [1, 2]  # read until 15 s, unmoved for 9 s: dead
