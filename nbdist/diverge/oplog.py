@@ -20,6 +20,7 @@ from __future__ import annotations
 import array
 import contextlib
 import hashlib
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -188,13 +189,17 @@ def _work(result: Any) -> Any:
     return None
 
 
+_BODY_RUNNER = "nbdist.cell.capture"  # the module whose frame runs a body: the cell frames above it are not the body's
+_BODY_RUNNER_FILE = os.path.join("nbdist", "cell", "capture.py")
+
+
 def _cell_line() -> int | None:
-    """The line of the running cell's code that called the operation: the innermost frame compiled from the running
-    cell (the outermost frame compiled from any cell), so that a helper made in an earlier cell is named by the
-    running cell's line that called it, not by a line of that other cell."""
+    """The line of the running cell's code that called the operation: the innermost frame compiled from the body
+    being run (the outermost cell frame below nbdist's body runner), so that a helper made in an earlier cell is
+    named by the body's line that called it, not by a line of that other cell."""
     frame = sys._getframe(2)
     found: list[tuple[str, int]] = []
-    while frame is not None:
+    while frame is not None and frame.f_globals.get("__name__") != _BODY_RUNNER:
         if tracebacks.is_cell(frame.f_code.co_filename):
             found.append((frame.f_code.co_filename, frame.f_lineno))
         frame = frame.f_back  # type: ignore[assignment]
@@ -210,13 +215,15 @@ def _innermost_of_running(found: Sequence[tuple[str, int]]) -> int | None:
 
 
 def _origin(node: Any) -> int | None:
-    """The cell line whose forward made autograd's ``node`` (anomaly mode keeps its traceback, outermost first)."""
+    """The cell line whose forward made autograd's ``node`` (anomaly mode keeps its traceback, outermost first;
+    the frames from nbdist's body runner on are the body's)."""
     try:
         trace = node.metadata.get("traceback_")
     except (AttributeError, RuntimeError):
         return None
-    found = [(m.group(1), int(m.group(2))) for entry in trace or () if (m := _FRAME.search(entry)) is not None
-             and tracebacks.is_cell(m.group(1))]
+    frames = [(m.group(1), int(m.group(2))) for entry in trace or () if (m := _FRAME.search(entry)) is not None]
+    runner = max((k for k, (file, _) in enumerate(frames) if file.endswith(_BODY_RUNNER_FILE)), default=-1)
+    found = [(file, line) for file, line in frames[runner + 1:] if tracebacks.is_cell(file)]
     return _innermost_of_running(found[::-1])
 
 
