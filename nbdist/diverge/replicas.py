@@ -2,11 +2,12 @@
 is still the same, by digests, with one small collective.
 
 Each call is a step of that model's loop (counted per model). At the first call and every ``every``-th after it, each
-rank digests the model's parameters and buffers and the optimizer's state (:mod:`nbdist.diverge.hashing`) into one
-64-bit digest, and all ranks gather ``[step, entries, digest]`` (one ``all_gather_into_tensor`` of three numbers
-each). Equal on every rank: it returns. Else every rank gathers the entries' digests (names and hashes, no data) to
-name the first entry that differs and the ranks holding each value (:func:`nbdist.diverge.compare.decide`), and
-raises :class:`~nbdist.errors.ReplicasDifferError` on every rank.
+rank digests the model's parameters and buffers and the optimizer's state into one 64-bit digest
+(:func:`nbdist.diverge.hashing.quick`: summed where the tensors live, no copy of them), and all ranks gather
+``[step, entries, digest]`` (one ``all_gather_into_tensor`` of three numbers each). Equal on every rank: it returns.
+Else every rank digests its entries one by one (:func:`nbdist.diverge.hashing.entries`) and gathers those digests
+(names and hashes, no data) to name the first entry that differs and the ranks holding each value
+(:func:`nbdist.diverge.compare.decide`), and raises :class:`~nbdist.errors.ReplicasDifferError` on every rank.
 """
 
 from __future__ import annotations
@@ -33,18 +34,16 @@ def check_replicas(model: Any, optimizer: Any = None, every: int = 1) -> None:
     _STEPS[model] = step
     if (step - 1) % every:
         return
-    found = replica_entries(model, optimizer)
-    _compare(step, found, _device(model))
+    _compare(step, replica_leaves(model, optimizer), _device(model))
 
 
-def replica_entries(model: Any, optimizer: Any = None) -> list[Entry]:
-    """The entries compared: the model's parameters and buffers by name, then ``optimizer.``'s state by the
-    model's parameter names."""
-    found = hashing.entries(model)
+def replica_leaves(model: Any, optimizer: Any = None) -> list[tuple[str, Any]]:
+    """What is compared, by name: the model's parameters and buffers, then ``optimizer.``'s state by the model's
+    parameter names."""
+    found = list(hashing.leaves(model))
     if optimizer is not None:
         names = hashing.param_names([model])
-        found += [Entry(f"optimizer.{e.name}", e.kind, e.digest, e.shape, e.dtype, e.shown)
-                  for e in hashing.entries(optimizer, names)]
+        found += [(f"optimizer.{name}", leaf) for name, leaf in hashing.leaves(optimizer, names)]
     return found
 
 
@@ -58,12 +57,11 @@ def _device(model: Any) -> Any:
     return first.device if first is not None else torch.device("cpu")
 
 
-def _compare(step: int, found: list[Entry], here: Any) -> None:
+def _compare(step: int, leaves: list[tuple[str, Any]], here: Any) -> None:
     import torch
     import torch.distributed as dist
 
-    digest = int(hashing.whole(found), 16) - (1 << 63)  # the 64 bits as a signed int64
-    mine = torch.tensor([step, len(found), digest], dtype=torch.int64, device=here)
+    mine = torch.tensor([step, len(leaves), hashing.quick(leaves)], dtype=torch.int64, device=here)
     n = dist.get_world_size()
     every = torch.empty(3 * n, dtype=torch.int64, device=here)
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # the new name from torch 2.13
@@ -75,6 +73,7 @@ def _compare(step: int, found: list[Entry], here: Any) -> None:
     if len(set(steps.values())) > 1:
         said = compare.by_ranks({r: f"step {s}" for r, s in steps.items()})
         raise ReplicasDifferError(step, "the number of check_replicas calls", said)
+    found = [hashing.entry(name, leaf) for name, leaf in leaves]
     texts = compare.gathered(json.dumps([e.as_json() for e in found]), here)
     held = [Held(MODULE, "", tuple(Entry.from_json(e) for e in json.loads(text))) for text in texts]
     verdict = compare.decide("model", held)
