@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nbdist"
-BASE = "base"  # errors, config, ranksets, _version: under everything
+BASE = "base"  # errors, config, ranksets, gathered, _version: under everything
 TOP = "top"  # the entry points: magics, extension, session, cli, demo, script, __init__, __main__
-BASE_MODULES = {"errors", "config", "ranksets", "_version"}
+BASE_MODULES = {"errors", "config", "ranksets", "gathered", "_version"}
 
 # What each part may import, besides itself and the base. The top may import anything.
 ALLOWED: dict[str, set[str]] = {

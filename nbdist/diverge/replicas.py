@@ -17,6 +17,7 @@ import weakref
 from typing import Any
 
 from ..errors import ConfigError, ReplicasDifferError
+from ..gathered import gathered
 from ..ranksets import ranks_text
 from . import compare, hashing
 from .compare import Held
@@ -74,7 +75,7 @@ def _compare(step: int, leaves: list[tuple[str, Any]], here: Any) -> None:
         said = compare.by_ranks({r: f"step {s}" for r, s in steps.items()})
         raise ReplicasDifferError(step, "the number of check_replicas calls", said)
     found = [hashing.entry(name, leaf) for name, leaf in leaves]
-    texts = compare.gathered(json.dumps([e.as_json() for e in found]), here)
+    texts = gathered(json.dumps([e.as_json() for e in found]), here)
     held = [Held(MODULE, "", tuple(Entry.from_json(e) for e in json.loads(text))) for text in texts]
     verdict = compare.decide("model", held)
     first = verdict.differing[0] if verdict.differing else "the model"

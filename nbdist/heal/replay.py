@@ -132,7 +132,8 @@ def shared(shell: Any, entries: Sequence[Entry], joined_after: int | None) -> bo
 
     import torch.distributed as dist
 
-    from .sync import broadcast_bytes, device, gathered
+    from ..gathered import gathered
+    from .sync import broadcast_bytes, device
 
     rank, here = dist.get_rank(), device(shell.user_ns, dist.get_backend())
     new = [r for r, said in enumerate(gathered(json.dumps(joined_after), here)) if json.loads(said) is not None]
