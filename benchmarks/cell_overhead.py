@@ -124,7 +124,7 @@ def _nb_all_reduce():
 
 _nb_flags = _nb_cells.Flags(60)  # what a bare %%collective line gives (live table on; a short body shows none)
 _nb_caps = _nb_session.collective("x = 1", _nb_flags).captures
-_nb_table = _nb_celltable.cell_table("t", _nb_world.ranks, _nb_caps)
+_nb_table = _nb_celltable.cell_table("t", _nb_world.registrations(), _nb_caps)
 _nb_times(_nb_barrier, 5)  # warm-up
 _nb_bench = {{
     "Session.collective(x = 1)": _nb_times(lambda: _nb_session.collective("x = 1", _nb_flags), {n}),
