@@ -1,6 +1,6 @@
 """Equal errors group, on real kernels (issue 49): 4 driven ranks that raise the same error show it once, for
-"ranks 0-3", with the cell line rather than each kernel's temporary file; errors that really differ stay apart;
-the error under the table is said once."""
+"ranks 0-3", with the cell line rather than each kernel's temporary file (in the full traceback too); errors that
+really differ stay apart; the error under the table is said once."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from nbdist.drive import kernels
+from nbdist.view.celltable import FULL_TRACEBACK
 
 from .conftest import plain_text, spawned_world
 
@@ -55,6 +56,9 @@ def test_max_time_on_every_rank_is_one_group_naming_the_ranks_as_a_set(four):
     pids = r"\d+, \d+, \d+, \d+"
     assert re.search(rf"MaxTimeError: each of ranks 0-3 \(\S+, pids {pids}\) was still running its body", text), text
     assert "cell line 3, in <module>" in text, text
+    full = text.split(FULL_TRACEBACK, 1)[1]  # the group's full traceback, nbdist's frames included: one rank's
+    assert "cell line 3, in <module>" in full and "nbdist" in full, text
+    assert "ipykernel_" not in text + html, text
     assert len(_under_table(r).splitlines()) == 1, _under_table(r)
 
 

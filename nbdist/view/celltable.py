@@ -139,12 +139,14 @@ def _details(summary: str, body: str) -> str:
 
 
 def error_pieces(cap: Captured, rank: int = 0) -> list[Piece]:
-    """A rank's error, and why nbdist stopped it: the user's frames first (a cell's as its lines), the full
-    traceback one click away. Alike (:mod:`nbdist.view.alike`) on ranks whose texts differ only in what names
-    ``rank`` itself: the cell file's pid, nbdist's ``rank 3 (vm, pid 4242)``."""
+    """A rank's error, and why nbdist stopped it: the user's frames first, the full traceback one click away, a
+    cell's frames in both as its lines (:func:`~nbdist.view.tracebacks.readable`: not one kernel's temporary file,
+    which a group's one text would otherwise show). Alike (:mod:`nbdist.view.alike`) on ranks whose texts differ
+    only in what names ``rank`` itself: the cell file's pid, nbdist's ``rank 3 (vm, pid 4242)``, its times."""
     error = cap.error
     cancelled = cap.cancelled or ""
-    full = "" if error is None or error.traceback is None else error.traceback
+    raw = "" if error is None or error.traceback is None else error.traceback
+    full = readable(raw)
     if error is not None and cancelled and error.consequence:
         where = error.where or ""
         text = f"stopped{' in ' + where if where else ''}, because {cancelled}"
@@ -153,11 +155,11 @@ def error_pieces(cap: Captured, rank: int = 0) -> list[Piece]:
                       f"stopped\0{alike.key(text, rank)}")]
     pieces = []
     if error is not None:
-        short = readable(error.short or full)
-        more = readable(full) != short  # nbdist's frames were hidden: the whole traceback, one click away
+        short = readable(error.short or raw)
+        more = full != short  # nbdist's frames were hidden: the whole traceback, one click away
         body = _pre(short) + (_details("full traceback (with nbdist's frames)", full) if more else "")
         text = f"{short}\n{FULL_TRACEBACK}\n{full}" if more else short
-        pieces.append(Piece("error", text, body, f"error\0{full}", f"error\0{error.ename}\0{alike.key(short, rank)}"))
+        pieces.append(Piece("error", text, body, f"error\0{raw}", f"error\0{error.ename}\0{alike.key(short, rank)}"))
     if cancelled:
         pieces.append(Piece("stopped", cancelled, _pre(cancelled), f"stopped\0{cancelled}",
                             f"stopped\0{alike.key(cancelled, rank)}"))

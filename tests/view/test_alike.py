@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nbdist.view.alike import key, merge
-from nbdist.view.celltable import cell_table
+from nbdist.view.celltable import FULL_TRACEBACK, cell_table
 from nbdist.view.tracebacks import readable
 from nbdist.world.capture_record import Capture
 
@@ -33,6 +33,26 @@ def frame(path: str, line: int = 3, code: str = "raise ValueError(x)") -> str:
     ("loss 0.25 on rank 0 (vm, pid 11)", "loss 0.26 on rank 1 (vm, pid 12)", False),
     # A rank's own number written by the user (not nbdist's phrase) stays.
     ("ValueError: bad 0", "ValueError: bad 1", False),
+    # How long or since when, in nbdist's own words, as each rank saw it: alike.
+    ("because rank 3 (vm, pid 13) stopped responding: no heartbeat for 5 s (its kernel", "because rank 3 (vm, pid 13) "
+     "stopped responding: no heartbeat for 12 s (its kernel", True),
+    ("Missing: rank 2 (vm, pid 12); idle since 09:59:58; last: ran cell 4, 3 s ago", "Missing: rank 2 (vm, pid 12); "
+     "idle since 10:00:01; last: ran cell 4, 17 s ago", True),
+    # A clock time, alone or in a timestamp (a log line's), whoever wrote it: alike.
+    ("[E1203 12:03:04.123456 gloo] timed out", "[E1203 12:03:05.000002 gloo] timed out", True),
+    ("at 2024-05-01T23:59:59 it broke", "at 2024-05-02T00:00:01 it broke", True),
+    # A number next to "s" that nbdist did not write as a time, or the same words with another rank: not alike.
+    ("ValueError: step took 5.03 s", "ValueError: step took 5.31 s", False),
+    ("ValueError: after 5 s", "ValueError: after 6 s", False),
+    ("ValueError: 5 s ago", "ValueError: 6 s ago", False),
+    ("MaxTimeError: was still running after --max-time 1 s", "MaxTimeError: was still running after --max-time 2 s",
+     False),
+    ("rank 3 (vm, pid 13) stopped responding: no heartbeat for 5 s", "rank 2 (vm, pid 12) stopped responding: no "
+     "heartbeat for 5 s", False),
+    ("no heartbeat for 5 s on 3 ranks", "no heartbeat for 6 s on 4 ranks", False),
+    # A differing number beside a clock time still differs; what only looks like a clock (no hour 24) stays.
+    ("loss 0.25 at 12:03:04", "loss 0.26 at 12:03:05", False),
+    ("ValueError: 24:00:00", "ValueError: 24:00:01", False),
 ])
 def test_two_ranks_texts_are_alike_only_when_they_differ_in_what_names_the_rank_itself(a, b, alike):
     assert (key(a, 0) == key(b, 1)) is alike
@@ -50,6 +70,28 @@ def test_two_ranks_texts_are_alike_only_when_they_differ_in_what_names_the_rank_
 ])
 def test_a_groups_one_text_names_its_ranks_as_a_set(texts, ranks, shown):
     assert merge(texts, ranks) == shown
+
+
+@pytest.mark.parametrize(("texts", "shown"), [
+    # Times that differ are the members' range, earliest to latest, whichever member wrote which.
+    (["rank 3 (vm, pid 13) stopped responding: no heartbeat for 7 s", "rank 3 (vm, pid 13) stopped responding: no "
+      "heartbeat for 5 s", "rank 3 (vm, pid 13) stopped responding: no heartbeat for 12 s"],
+     "rank 3 (vm, pid 13) stopped responding: no heartbeat for 5–12 s"),
+    (["idle since 10:00:01; last: ran cell 4, 3 s ago", "idle since 09:59:58; last: ran cell 4, 3 s ago"],
+     "idle since 09:59:58–10:00:01; last: ran cell 4, 3 s ago"),
+    # A clock with a fraction orders by it; a timestamp's day is said once when it is the same.
+    (["at 12:03:04.5 x", "at 12:03:04.25 x"], "at 12:03:04.25–12:03:04.5 x"),
+    (["at 2024-05-01 12:00:09 x", "at 2024-05-01 12:00:02 x"], "at 2024-05-01 12:00:02–12:00:09 x"),
+    (["at 2024-05-01T23:59:59 x", "at 2024-05-02T00:00:01 x"], "at 2024-05-01T23:59:59–2024-05-02T00:00:01 x"),
+    # With the group's own-rank phrase: both written for the group.
+    ([f"rank {r} (vm, pid {10 + r}) waited; Missing: rank 3 (vm, pid 13); last: ran cell 4, {4 + 2 * r} s ago"
+      for r in range(3)], "each of ranks 0-2 (vm, pids 10, 11, 12) waited; Missing: rank 3 (vm, pid 13); last: ran "
+     "cell 4, 4–8 s ago"),
+    # Times that do not pair up one to one: the first text's, as it is.
+    (["at 12:00:01 and 12:00:02", "at 12:00:03"], "at 12:00:01 and 12:00:02"),
+])
+def test_a_groups_differing_times_are_written_as_their_range(texts, shown):
+    assert merge(texts, list(range(len(texts)))) == shown
 
 
 def test_a_cell_frame_reads_as_its_cell_line_and_an_installed_module_from_its_package():
@@ -109,3 +151,36 @@ def test_errors_that_really_differ_stay_apart(view):
     by_line = cell_table("t", [{"host": "vm"}] * 4, [_cap("bad", f"/tmp/ipykernel_{r}/8.py", 2 + r % 2)
                                                       for r in range(4)], view=view)
     assert len(_heads(by_line)) == (2 if view == "groups" else 4), repr(by_line)
+
+
+@pytest.mark.parametrize("view", ["ranks", "groups"])
+def test_a_groups_full_traceback_shows_the_cell_line_not_one_kernels_temporary_file(view):
+    caps = [_cap(f"rank {r} (vm, pid {100 + r}) was still running", f"/tmp/ipykernel_{100 + r}/8.py", hidden=True)
+            for r in range(4)]
+    table = cell_table("t", [{"host": "vm"}] * 4, caps, view=view)
+    text, html = repr(table), table._repr_html_()
+    assert len(_heads(table)) == 1, text
+    full = text.split(FULL_TRACEBACK, 1)[1]  # the text form's full traceback, after the short one
+    assert "cell line 2, in <module>" in full and 'File "/x/nbdist/cell/stopper.py", line 9' in full, text
+    opened = html.split("full traceback (with nbdist&#x27;s frames)", 1)[1]  # the HTML's, one click away
+    assert "cell line 2, in &lt;module&gt;" in opened and "stopper.py" in opened, html
+    assert "ipykernel" not in text + html
+
+
+def _cut(r: int, seconds: int) -> Capture:
+    """Rank ``r``'s column after rank 3 stopped responding: its collective cut, as its own watcher judged it."""
+    short = frame(f"/tmp/ipykernel_{100 + r}/8.py", 3, "dist.all_reduce(t)") + "RuntimeError: the group was cut\n"
+    return Capture.from_dict({"outputs": [], "result": None, "wall": 6.0, "cancelled": (
+        f"rank 3 (vm, pid 103) stopped responding: no heartbeat for {seconds} s (its kernel, host or network went "
+        "away)"), "error": {"ename": "RuntimeError", "evalue": "the group was cut", "traceback": short, "short": short,
+                            "where": "`dist.all_reduce(t)`, line 3", "consequence": True}})
+
+
+def test_ranks_stopped_by_one_lost_rank_are_one_group_however_long_each_saw_it_silent():
+    table = cell_table("t", [{"host": "vm"}] * 4, [_cut(r, s) for r, s in enumerate([6, 5, 7])] + [_cut(3, 5)],
+                       show=[0, 1, 2])
+    text = repr(table)
+    assert _heads(table) == ["all 3 shown ranks (identical)"], text
+    assert ("stopped in `dist.all_reduce(t)`, line 3, because rank 3 (vm, pid 103) stopped responding: no heartbeat "
+            "for 5–7 s (its kernel") in text
+    assert "cell line 3, in <module>" in text and "ipykernel" not in text + table._repr_html_()
