@@ -21,6 +21,7 @@ from .. import ranksets
 
 # nbdist's own words for a rank (World.describe): "rank 3 (vm, pid 4242)", or "(?, pid ?)" when not known.
 _RANK_PHRASE = re.compile(r"\brank (\d+) \(([^,()\n]*), pid (\d+|\?)\)")
+_BY = "by "  # "stopped by rank 0 (vm, pid 100) with %dist_stop": whoever did it, the same on every rank
 _CELL_FILE = re.compile(r"([/\\])ipykernel_\d+([/\\])")  # ipykernel's <tmp>/ipykernel_<pid>/<hash>.py
 _OWN = "\0its own rank\0"
 _TIME = "\0a time\0"
@@ -40,7 +41,7 @@ def key(text: str, rank: int) -> str:
     """``text`` with the cell file's pid, the phrase naming ``rank`` itself and nbdist's times taken out: equal keys,
     one group."""
     text = _CELL_FILE.sub(r"\1ipykernel_\2", text)
-    text = _RANK_PHRASE.sub(lambda m: _OWN if int(m[1]) == rank else m[0], text)
+    text = _RANK_PHRASE.sub(lambda m: _OWN if _own(m, rank) else m[0], text)
     return TIMES.sub(_TIME, text)
 
 
@@ -53,7 +54,7 @@ def merge(texts: Sequence[str], ranks: Sequence[int]) -> str:
     if len(texts) < 2 or all(text == first for text in texts[1:]):
         return first
     merged = _times(texts)
-    found = [next((m for m in _RANK_PHRASE.finditer(text) if int(m[1]) == rank), None)
+    found = [next((m for m in _RANK_PHRASE.finditer(text) if _own(m, rank)), None)
              for text, rank in zip(texts, ranks, strict=True)]
     own = [m for m in found if m is not None]
     if found[0] is None:  # no phrase names the first member: nothing to write for the group
@@ -63,7 +64,13 @@ def merge(texts: Sequence[str], ranks: Sequence[int]) -> str:
     host = ", ".join(hosts) if len(hosts) <= HOSTS_SHOWN else f"{len(hosts)} hosts"
     pid = ", ".join(pids[:PIDS_SHOWN]) + (", …" if len(pids) > PIDS_SHOWN else "")
     phrase = f"each of {ranksets.ranks_text(ranks)} ({host}, pids {pid})"
-    return _RANK_PHRASE.sub(lambda m: phrase if int(m[1]) == ranks[0] else m[0], merged)
+    return _RANK_PHRASE.sub(lambda m: phrase if _own(m, ranks[0]) else m[0], merged)
+
+
+def _own(m: re.Match[str], rank: int) -> bool:
+    """Whether the phrase ``m`` names the text's own ``rank``: its number, and not after "by", which names whoever
+    did something to every rank (rank 0's own "stopped by rank 0 (…)" is every rank's)."""
+    return int(m[1]) == rank and m.string[max(0, m.start() - len(_BY)):m.start()] != _BY
 
 
 def _times(texts: Sequence[str]) -> str:

@@ -23,6 +23,9 @@ def frame(path: str, line: int = 3, code: str = "raise ValueError(x)") -> str:
     ("MaxTimeError: rank 0 (vm, pid 11) was still running its body", "MaxTimeError: rank 1 (vm, pid 12) was still "
      "running its body", True),
     ("rank 0 (?, pid ?) is gone", "rank 1 (?, pid ?) is gone", True),
+    # Whoever did it to every rank ("by rank 0 (…)"), the same text on rank 0 as on the others: alike.
+    ("stopped by rank 0 (vm, pid 100) with %dist_stop", "stopped by rank 0 (vm, pid 100) with %dist_stop", True),
+    ("stopped by rank 0 (vm, pid 100) with %dist_stop", "stopped by rank 2 (vm, pid 102) with %dist_stop", False),
     # A differing number, a different line, another cell, another rank named: not alike.
     (frame("/tmp/ipykernel_101/826.py") + "ValueError: bad 0", frame("/tmp/ipykernel_202/826.py") +
      "ValueError: bad 1", False),
