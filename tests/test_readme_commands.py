@@ -133,6 +133,8 @@ SKIP = {
                                              "rounds); what it measures is tested in tests/test_compare.py",
     r"python benchmarks/store_ops\.py(?: .*)?": "a benchmark of a minute with 16 spawned ranks; its counters are "
                                                "tested in tests/world/test_store_counts.py",
+    r"python benchmarks/driven_profile\.py(?: .*)?": "a benchmark of a minute (a driven world, 40 timed cells); "
+                                                    "the script and its flags are checked",
     r"python benchmarks/driven_cells\.py(?: .*)?": "a benchmark of minutes, with ipyparallel beside nbdist; the "
                                                   "script and its flags are checked",
     r"nbdist demo": "one kernel, a worker and the whole walkthrough, about a minute: "
