@@ -79,23 +79,25 @@ def tensor_digest(t: Any) -> str:
 
 
 def quick(leaves: Sequence[tuple[str, Any]]) -> int:
-    """One signed 64-bit digest of named leaves (:func:`leaves`), cheaper than their entries': the tensors' bytes,
-    as 32-bit words, are joined where they live (one run of words per device, in the leaves' order) and weighted by
-    two rows of fixed odd numbers (:func:`_word_sums`); only those sums, two numbers per device, come to the CPU,
-    with the names, shapes, dtypes and values. Equal leaves give equal digests on any rank (whatever the device's
-    number); it is not meant to be kept or shown, only compared within one check (:func:`nbdist.check_replicas`)."""
+    """One signed 64-bit digest of named leaves (:func:`leaves`), cheaper than their entries': each tensor's bytes,
+    as 32-bit words, weighted by fixed odd numbers and summed where the tensor lives (:func:`_word_sum`); only those
+    sums, one number per tensor, come to the CPU, with the names, shapes, dtypes and values. Equal leaves give equal
+    digests on any rank (whatever the device's number); it is not meant to be kept or shown, only compared within
+    one check (:func:`nbdist.check_replicas`)."""
     import torch
 
     h = hashlib.sha256()
-    runs: dict[Any, list[Any]] = {}
+    sums = []
     for name, leaf in leaves:
         if isinstance(leaf, torch.Tensor):
             h.update(f"{name}\0{leaf.dtype}{tuple(leaf.shape)}\0".encode())
-            runs.setdefault(leaf.device, []).append(_words(leaf))
+            sums.append(_word_sum(_words(leaf)))
         else:
             h.update(f"{name}\0{type(leaf).__name__}:{leaf!r}\0".encode())
-    for words in runs.values():
-        h.update(memoryview(_word_sum(words[0] if len(words) == 1 else torch.cat(words)).reshape(1).cpu().numpy()))
+    if sums:
+        if len({s.device for s in sums}) > 1:  # a model split across devices
+            sums = [s.cpu() for s in sums]
+        h.update(memoryview(torch.stack(sums).cpu().numpy()))
     return int(h.hexdigest()[:16], 16) - (1 << 63)
 
 
@@ -106,7 +108,10 @@ def _words(t: Any) -> Any:
     data = t.detach()
     if not data.is_contiguous():
         data = data.contiguous()
-    raw = data.reshape(-1).view(torch.uint8)
+    flat = data.view(-1)
+    if flat.element_size() == 4:
+        return flat.view(torch.int32)
+    raw = flat.view(torch.uint8)
     return raw.view(torch.int32) if raw.numel() % 4 == 0 else raw.to(torch.int32)
 
 
