@@ -115,7 +115,7 @@ def _words(t: Any) -> Any:
     return raw.view(torch.int32) if raw.numel() % 4 == 0 else raw.to(torch.int32)
 
 
-_WEIGHTS: dict[Any, Any] = {}  # by device: fixed odd 32-bit weights, as many as the longest run seen
+_WEIGHTS: dict[Any, Any] = {}  # by device: fixed odd 32-bit weights, as many as the longest tensor seen
 
 
 def _word_sum(words: Any) -> Any:
