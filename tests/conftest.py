@@ -26,6 +26,13 @@ from nbdist.world.records import Registration
 
 _GIVEN: set[int] = set()
 
+# torch looks up the name of every new store connection's peer (::ffff:127.0.0.1, which /etc/hosts rarely names); a
+# resolver that drops some queries when many come at once (this machine's drops about one in 50) stalls that
+# connection by glibc's 5 s per try, which a test then waits out (docs/development/benchmarks.md, "Rendezvous at
+# scale"). One second is glibc's least; the kernels and commands the tests start inherit it. A RES_OPTIONS of the
+# caller's own is kept.
+os.environ.setdefault("RES_OPTIONS", "timeout:1")
+
 
 class _Reaper:
     """Kernels a test is done with, shut down on a thread of their own while the next test runs: shutting a
