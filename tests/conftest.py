@@ -407,6 +407,32 @@ def pid_gone(pid: int) -> bool:
         return True
 
 
+_SESSION = "get_ipython().magics_manager.registry['DistMagics'].session"
+
+
+def world_round(kernel: kernels.Kernel) -> str:
+    """The round of the world ``kernel`` is in (ask while it is idle: a busy kernel answers only after its cell)."""
+    return kernel.execute("", timeout=60, user_expressions={"r": f"{_SESSION}.world.round"}).expression("r")
+
+
+def wait_for_note(port: int, round_: str, rank: int, starts: str, box: dict | None = None,
+                  within: float = 30) -> None:
+    """Wait until ``rank``'s note (what it last did: %dist_status's column) starts with ``starts``, read from the
+    world's store on loopback ``port``; fail after ``within`` s, or once the cell of ``box``
+    (:func:`run_in_background`) ended first."""
+    from nbdist.world.store import connect
+
+    client = connect("127.0.0.1", port)
+    try:
+        deadline = time.monotonic() + within
+        while not ((note := client.get_json_if(f"r/{round_}/last/{rank}") or {}).get("what") or "").startswith(starts):
+            assert time.monotonic() < deadline, f"rank {rank} never noted {starts!r} within {within} s: {note}"
+            assert box is None or "t" not in box, f"the cell ended before rank {rank} noted {starts!r}: {box}"
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
 def wait_gone(pids: list[int], within: float) -> float:
     started = time.monotonic()
     while not all(pid_gone(p) for p in pids):
