@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -523,6 +524,13 @@ def script_flags(script: str) -> frozenset[str]:
     return frozenset(_FLAG.findall(proc.stdout))
 
 
+def all_script_flags(scripts: list[str]) -> dict[str, frozenset[str]]:
+    """:func:`script_flags` of each of ``scripts``, two at a time (a ``--help`` that imports torch or Playwright
+    takes a second or two of one core; two dozen of them, one after another, took 20 s)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(scripts, pool.map(script_flags, scripts), strict=True))
+
+
 def all_nbdist_flags() -> set[str]:
     flags = set().union(*(options(p) for p in cli_parsers().values()))
     for cls in CLASSES:
@@ -812,10 +820,11 @@ def nbdist_command_problems(items: list[Item]) -> list[str]:
 def other_command_problems(items: list[Item]) -> list[str]:
     """A `python -m MODULE` with no such module, a script or script flag that is not there, a missing pip extra."""
     extras, problems = pyproject_extras(), []
-    for item in items:
-        if item.kind != "shell" or item.text.startswith("nbdist "):
-            continue
-        words = shlex.split(item.text)
+    shells = [(item, shlex.split(item.text)) for item in items
+              if item.kind == "shell" and not item.text.startswith("nbdist ")]
+    all_script_flags(sorted({words[1] for _, words in shells if words[0] in ("python", "python3")
+                             and words[1].endswith(".py") and (ROOT / words[1]).is_file()}))
+    for item, words in shells:
         if words[0] in ("python", "python3") and words[1:2] == ["-m"]:
             if importlib.util.find_spec(words[2]) is None:
                 problems.append(f"{item}: there is no module {words[2]}")
@@ -891,7 +900,7 @@ def prose_flag_problems(items: list[Item]) -> list[str]:
     the benchmark scripts the README runs)."""
     known = all_nbdist_flags()
     scripts = sorted({w for i in items if i.kind == "shell" for w in i.text.split() if w.endswith(".py")})
-    benchmarks = set().union(*(script_flags(s) for s in scripts if (ROOT / s).is_file()))
+    benchmarks = set().union(*all_script_flags([s for s in scripts if (ROOT / s).is_file()]).values())
     problems = []
     for item in items:
         if item.kind == "flag" and not item.magics:
