@@ -26,6 +26,13 @@ from nbdist.world.records import Registration
 
 _GIVEN: set[int] = set()
 
+# torch looks up the name of every new store connection's peer (::ffff:127.0.0.1, which /etc/hosts rarely names); a
+# resolver that drops some queries when many come at once (this machine's drops about one in 50) stalls that
+# connection by glibc's 5 s per try, which a test then waits out (docs/development/benchmarks.md, "Rendezvous at
+# scale"). One second is glibc's least; the kernels and commands the tests start inherit it. A RES_OPTIONS of the
+# caller's own is kept.
+os.environ.setdefault("RES_OPTIONS", "timeout:1")
+
 
 class _Reaper:
     """Kernels a test is done with, shut down on a thread of their own while the next test runs: shutting a
@@ -398,6 +405,32 @@ def pid_gone(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+_SESSION = "get_ipython().magics_manager.registry['DistMagics'].session"
+
+
+def world_round(kernel: kernels.Kernel) -> str:
+    """The round of the world ``kernel`` is in (ask while it is idle: a busy kernel answers only after its cell)."""
+    return kernel.execute("", timeout=60, user_expressions={"r": f"{_SESSION}.world.round"}).expression("r")
+
+
+def wait_for_note(port: int, round_: str, rank: int, starts: str, box: dict | None = None,
+                  within: float = 30) -> None:
+    """Wait until ``rank``'s note (what it last did: %dist_status's column) starts with ``starts``, read from the
+    world's store on loopback ``port``; fail after ``within`` s, or once the cell of ``box``
+    (:func:`run_in_background`) ended first."""
+    from nbdist.world.store import connect
+
+    client = connect("127.0.0.1", port)
+    try:
+        deadline = time.monotonic() + within
+        while not ((note := client.get_json_if(f"r/{round_}/last/{rank}") or {}).get("what") or "").startswith(starts):
+            assert time.monotonic() < deadline, f"rank {rank} never noted {starts!r} within {within} s: {note}"
+            assert box is None or "t" not in box, f"the cell ended before rank {rank} noted {starts!r}: {box}"
+            time.sleep(0.05)
+    finally:
+        client.close()
 
 
 def wait_gone(pids: list[int], within: float) -> float:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -241,15 +242,17 @@ def test_hccl_is_chosen_only_when_an_npu_is_visible_and_a_broken_torch_npu_never
         assert "Traceback" not in proc.stderr, proc.stderr
         return proc.stdout
 
+    cases = [{"NBDIST_FAKE_NPUS": "0"},
+             {"NBDIST_FAKE_NPUS": "1", "ASCEND_HOME_PATH": str(tmp_path / "no-cann")},
+             {"NBDIST_FAKE_NPUS": "0", "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # three doctors, each mostly importing torch on one core
+        no_npu, no_cann, autoload = pool.map(lambda extra: doctor(**extra), cases)
     # Libraries found, but no NPU visible: not hccl (finding the libraries proves nothing).
-    out = doctor(NBDIST_FAKE_NPUS="0")
-    assert "[FAIL] NPUs: torch_npu and CANN are present but no NPU is visible (npu-smi)" in out, out
+    assert "[FAIL] NPUs: torch_npu and CANN are present but no NPU is visible (npu-smi)" in no_npu, no_npu
     # torch_npu's own package check would raise: said, and `import torch` (the doctor's) still works.
-    out = doctor(NBDIST_FAKE_NPUS="1", ASCEND_HOME_PATH=str(tmp_path / "no-cann"))
-    assert "torch_npu's own CANN check would fail at import: ASCEND_HOME_PATH is" in out, out
+    assert "torch_npu's own CANN check would fail at import: ASCEND_HOME_PATH is" in no_cann, no_cann
     # Autoload forced on where torch_npu cannot load: warned, and turned off.
-    out = doctor(NBDIST_FAKE_NPUS="0", TORCH_DEVICE_BACKEND_AUTOLOAD="1")
-    assert "[warn] TORCH_DEVICE_BACKEND_AUTOLOAD: set to 1, but torch_npu cannot load here" in out, out
+    assert "[warn] TORCH_DEVICE_BACKEND_AUTOLOAD: set to 1, but torch_npu cannot load here" in autoload, autoload
     # One 910B3 visible: auto picks hccl, validates for Atlas A2 and names the variable torch_npu 2.13 reads.
     # (Autoload off by hand: the stand-in libraries cannot really load torch_npu.)
     proc = subprocess.run([*NBDIST, "env", "--master-addr", "127.0.0.1", "--env", "HCCL_EXEC_TIMEOUT=100000"],

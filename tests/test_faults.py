@@ -18,7 +18,7 @@ import pytest
 from nbdist.drive import kernels
 from nbdist.world.store import connect, probe
 
-from .conftest import form, init_line, lend, run_in_background
+from .conftest import form, init_line, lend, run_in_background, wait_for_note, world_round
 
 ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()\n"
 HOST = socket.gethostname()  # every loopback rank runs here: messages name this host
@@ -64,9 +64,10 @@ def test_a_killed_kernel_is_named_within_10s_and_its_restart_rejoins_without_the
     pid1 = ks[1].execute("import os; os.getpid()").text().strip()
     code = ("%%collective --timeout 60\nimport time\nif RANK == 1:\n    time.sleep(60)\n"
             "t = torch.ones(1)\ndist.all_reduce(t)\n")
+    round_ = world_round(ks[0])
     t0, box0 = run_in_background(ks[0], code)
     t1, box1 = run_in_background(ks[1], code, timeout=5)  # its kernel is killed: it never replies
-    time.sleep(2)
+    wait_for_note(port, round_, 1, "running %%collective", box0)  # both passed the cell's start: mid-cell
     killed = time.monotonic()
     os.kill(int(pid1), signal.SIGKILL)
     t0.join(timeout=60)
@@ -94,8 +95,9 @@ def test_when_the_server_notebook_dies_the_others_learn_within_5s_and_one_init_e
     ks = start_kernels(2)  # new kernels, not the reused ones: one is killed
     form(ks, port)
     pid0 = ks[0].execute("import os; os.getpid()").text().strip()
+    round_ = world_round(ks[0])
     t1, box1 = run_in_background(ks[1], "%%collective --timeout 120\nx = 1\n")
-    time.sleep(2)  # rank 1 waits for rank 0 at the barrier
+    wait_for_note(port, round_, 1, "waiting at %%collective", box1)  # rank 1 waits for rank 0 at the barrier
     killed = time.monotonic()
     os.kill(int(pid0), signal.SIGKILL)
     t1.join(timeout=60)
@@ -113,10 +115,11 @@ def test_when_the_server_notebook_dies_the_others_learn_within_5s_and_one_init_e
 
 
 @pytest.mark.timeout(180)
-def test_the_stop_button_at_a_barrier_ends_the_cell_within_2s_and_the_others_are_told(world, record_fault):
+def test_the_stop_button_at_a_barrier_ends_the_cell_within_2s_and_the_others_are_told(world, shared, record_fault):
     ks = world
+    round_ = world_round(ks[0])
     t0, box0 = run_in_background(ks[0], "%%collective --timeout 60\nx = 1\n")
-    time.sleep(2)
+    wait_for_note(shared.port, round_, 0, "waiting at %%collective", box0)
     pressed = time.monotonic()
     ks[0].interrupt()
     t0.join(timeout=30)
@@ -126,7 +129,7 @@ def test_the_stop_button_at_a_barrier_ends_the_cell_within_2s_and_the_others_are
     # Rank 1 runs the cell afterwards: it is told at once that rank 0 interrupted that step, and meets rank 0
     # at the next one, where rank 0 runs the cell again.
     t1, box1 = run_in_background(ks[1], "%%collective --timeout 60\nx = 1\n")
-    time.sleep(1)
+    wait_for_note(shared.port, round_, 1, "waiting at %%collective", box1)  # at the next step, told of the last
     again = ks[0].execute("%%collective --timeout 60\nx = 1\n", timeout=60)
     t1.join(timeout=30)
     assert again.status == "ok" and box1["r"].status == "ok", (again.error, box1["r"].error)
@@ -259,7 +262,10 @@ def test_the_server_binds_to_the_master_address_only(start_kernels, port):
 def test_a_token_is_required_when_the_world_has_one(reused_kernels, port):
     ks = reused_kernels(2)
     t0, box0 = run_in_background(ks[0], init_line(0, 2, port, "--token s3cret"))
-    time.sleep(3)
+    deadline = time.monotonic() + 30
+    while probe("127.0.0.1", port) != "open":  # rank 0 started its server, and waits for rank 1
+        assert time.monotonic() < deadline and "t" not in box0, ("rank 0 never started its server", box0)
+        time.sleep(0.1)
     # A short --timeout: a refused token is otherwise tried again for 15 s (rank 0 may be restarting its server).
     r = ks[1].execute(init_line(1, 2, port, "--timeout 4"), timeout=60)
     assert r.status == "error" and "needs a token" in r.error["evalue"]

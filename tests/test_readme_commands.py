@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -525,6 +526,13 @@ def script_flags(script: str) -> frozenset[str]:
     return frozenset(_FLAG.findall(proc.stdout))
 
 
+def all_script_flags(scripts: list[str]) -> dict[str, frozenset[str]]:
+    """:func:`script_flags` of each of ``scripts``, two at a time (a ``--help`` that imports torch or Playwright
+    takes a second or two of one core; two dozen of them, one after another, took 20 s)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(scripts, pool.map(script_flags, scripts), strict=True))
+
+
 def all_nbdist_flags() -> set[str]:
     flags = set().union(*(options(p) for p in cli_parsers().values()))
     for cls in CLASSES:
@@ -814,10 +822,11 @@ def nbdist_command_problems(items: list[Item]) -> list[str]:
 def other_command_problems(items: list[Item]) -> list[str]:
     """A `python -m MODULE` with no such module, a script or script flag that is not there, a missing pip extra."""
     extras, problems = pyproject_extras(), []
-    for item in items:
-        if item.kind != "shell" or item.text.startswith("nbdist "):
-            continue
-        words = shlex.split(item.text)
+    shells = [(item, shlex.split(item.text)) for item in items
+              if item.kind == "shell" and not item.text.startswith("nbdist ")]
+    all_script_flags(sorted({words[1] for _, words in shells if words[0] in ("python", "python3")
+                             and words[1].endswith(".py") and (ROOT / words[1]).is_file()}))
+    for item, words in shells:
         if words[0] in ("python", "python3") and words[1:2] == ["-m"]:
             if importlib.util.find_spec(words[2]) is None:
                 problems.append(f"{item}: there is no module {words[2]}")
@@ -893,7 +902,7 @@ def prose_flag_problems(items: list[Item]) -> list[str]:
     the benchmark scripts the README runs)."""
     known = all_nbdist_flags()
     scripts = sorted({w for i in items if i.kind == "shell" for w in i.text.split() if w.endswith(".py")})
-    benchmarks = set().union(*(script_flags(s) for s in scripts if (ROOT / s).is_file()))
+    benchmarks = set().union(*all_script_flags([s for s in scripts if (ROOT / s).is_file()]).values())
     problems = []
     for item in items:
         if item.kind == "flag" and not item.magics:
@@ -1008,16 +1017,30 @@ def run(words: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(words, cwd=ROOT, env=clean_environ(), capture_output=True, text=True, timeout=timeout)
 
 
+def run_two_at_a_time(commands: list[list[str]], timed: bool = False) -> list[Any]:
+    """:func:`run` of each command, two at once (each is mostly Python starting and importing, on one core); in
+    order. With ``timed``, each with the seconds it took."""
+
+    def one(words: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+        started = time.monotonic()
+        proc = run(words)
+        return proc, time.monotonic() - started
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = list(pool.map(one, commands))
+    return done if timed else [proc for proc, _ in done]
+
+
 @pytest.mark.timeout(90)
 def test_nbdist_env_commands_print_their_plan_and_exit_0():
     """`nbdist env ...` and `nbdist env --backend hccl --rank 1 --world-size 2 --master-addr 10.202.73.94`
     (on loopback): exit 0, a plan whose header and HCCL values are what the README states."""
     env_parser = cli_parsers()["env"]
+    commands = []
     for item in distinct(items_run_by("test_nbdist_env_commands_print_their_plan_and_exit_0")).values():
         words = command_words(item)
-        if "--master-addr" not in words:
-            words = with_flag(words, "--master-addr", "127.0.0.1")
-        proc = run(words)
+        commands.append((item, words if "--master-addr" in words else with_flag(words, "--master-addr", "127.0.0.1")))
+    for (item, words), proc in zip(commands, run_two_at_a_time([words for _, words in commands]), strict=True):
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0 and "Traceback" not in out, f"{item}: exit {proc.returncode}\n{out}"
         args = env_parser.parse_args(words[2:])
@@ -1037,16 +1060,18 @@ def test_nbdist_env_commands_print_their_plan_and_exit_0():
 def test_nbdist_doctor_commands_exit_0_or_1_without_a_traceback():
     """`nbdist doctor ...` and `nbdist doctor --master-addr 10.202.73.94 --backend hccl`, against 127.0.0.1 and a
     free port: one line per check, then the verdict; exit 0 (all passed) or 1 (a check failed)."""
+    commands = []
     for item in distinct(items_run_by("test_nbdist_doctor_commands_exit_0_or_1_without_a_traceback")).values():
         port = free_port()
-        words = with_flag(with_flag(command_words(item), "--master-addr", "127.0.0.1"), "--master-port", str(port))
-        started = time.monotonic()
-        proc = run(words)
+        commands.append((item, port, with_flag(with_flag(command_words(item), "--master-addr", "127.0.0.1"),
+                                               "--master-port", str(port))))
+    timed = run_two_at_a_time([words for _, _, words in commands], timed=True)
+    for (item, port, _), (proc, took) in zip(commands, timed, strict=True):
         out = proc.stdout + proc.stderr
         assert proc.returncode in (0, 1) and "Traceback" not in out, f"{item}: exit {proc.returncode}\n{out}"
         assert f"TCP to 127.0.0.1:{port}" in proc.stdout, f"{item}: the master port was not checked\n{out}"
         assert re.search(r"^nbdist doctor: ", proc.stdout, re.M), f"{item}: no verdict line\n{out}"
-        assert time.monotonic() - started < 30, f"{item}: took {time.monotonic() - started:.0f} s"
+        assert took < 30, f"{item}: took {took:.0f} s"
 
 
 @pytest.mark.timeout(90)
@@ -1082,8 +1107,7 @@ def test_the_seed_command_repeats_an_order():
     for item in distinct(items_run_by("test_the_seed_command_repeats_an_order")).values():
         words = [*command_words(item), "--collect-only", "-q", "-p", "no:cacheprovider", "tests/test_config.py"]
         orders = []
-        for _ in range(2):
-            proc = run(words)
+        for proc in run_two_at_a_time([words, words]):
             assert proc.returncode == 0, f"{item}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}"
             orders.append([line for line in proc.stdout.splitlines() if "::" in line])
         assert orders[0] and orders[0] == orders[1], f"{item}: two runs collected\n{orders}"

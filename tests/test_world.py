@@ -73,6 +73,9 @@ def test_every_notebook_shows_every_ranks_output_side_by_side(make_world):
 
 @pytest.mark.timeout(180)
 def test_ranks_arriving_twenty_seconds_apart_form_a_world(reused_kernels, port):
+    """The quick start: "Ranks may arrive in any order and minutes apart; while waiting, the cell shows a status
+    updated in place (who joined from where, who is missing, elapsed time ...)". Here rank 1 comes first."""
+    import re
     import socket
 
     from .conftest import run_timed_in_background
@@ -101,6 +104,8 @@ def test_ranks_arriving_twenty_seconds_apart_form_a_world(reused_kernels, port):
         text = u["content"]["data"]["text/plain"]
         assert f"waiting for the rendezvous server at 127.0.0.1:{port}: refused (rank 0 starts it" in text
     assert waiting and waiting[0]["t"] - started < 10, "rank 1 said nothing of the missing server for 10 s"
+    texts = [u["content"]["data"]["text/plain"] for u in waiting]
+    assert any("missing: 0" in t and re.search(r"\b[1-9]\d* s elapsed", t) for t in texts), texts
     times = [*(u["t"] for u in waiting), rank0_started]
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert max(gaps) < 5, f"the live status stood still for {max(gaps):.1f} s while rank 1 waited"
