@@ -420,12 +420,14 @@ def wait_for_note(port: int, round_: str, rank: int, starts: str, box: dict | No
     """Wait until ``rank``'s note (what it last did: %dist_status's column) starts with ``starts``, read from the
     world's store on loopback ``port``; fail after ``within`` s, or once the cell of ``box``
     (:func:`run_in_background`) ended first."""
+    from nbdist.world import keys
     from nbdist.world.store import connect
 
     client = connect("127.0.0.1", port)
+    key = keys.in_round(int(round_), keys.last(rank))
     try:
         deadline = time.monotonic() + within
-        while not ((note := client.get_json_if(f"r/{round_}/last/{rank}") or {}).get("what") or "").startswith(starts):
+        while not ((note := client.get_json_if(key) or {}).get("what") or "").startswith(starts):
             assert time.monotonic() < deadline, f"rank {rank} never noted {starts!r} within {within} s: {note}"
             assert box is None or "t" not in box, f"the cell ended before rank {rank} noted {starts!r}: {box}"
             time.sleep(0.05)
