@@ -97,7 +97,7 @@ def quick(leaves: Sequence[tuple[str, Any]]) -> int:
     if sums:
         if len({s.device for s in sums}) > 1:  # a model split across devices
             sums = [s.cpu() for s in sums]
-        h.update(memoryview(torch.stack(sums).cpu().numpy()))
+        h.update(torch.stack(sums).cpu().numpy().tobytes())
     return int(h.hexdigest()[:16], 16) - (1 << 63)
 
 
