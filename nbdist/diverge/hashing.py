@@ -86,14 +86,16 @@ def quick(leaves: Sequence[tuple[str, Any]]) -> int:
     one check (:func:`nbdist.check_replicas`)."""
     import torch
 
-    h = hashlib.sha256()
+    layout: list[tuple[str, Any, Any]] = []  # what is said of each leaf: names, dtypes, shapes, values' reprs
     sums = []
-    for name, leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            h.update(f"{name}\0{leaf.dtype}{tuple(leaf.shape)}\0".encode())
-            sums.append(_word_sum(_words(leaf)))
-        else:
-            h.update(f"{name}\0{type(leaf).__name__}:{leaf!r}\0".encode())
+    with torch.no_grad():
+        for name, leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                layout.append((name, leaf.dtype, leaf.shape))
+                sums.append(_word_sum(_words(leaf)))
+            else:
+                layout.append((name, type(leaf).__name__, repr(leaf)))
+    h = hashlib.sha256(_layout_digest(tuple(layout)))
     if sums:
         if len({s.device for s in sums}) > 1:  # a model split across devices
             sums = [s.cpu() for s in sums]
@@ -101,14 +103,26 @@ def quick(leaves: Sequence[tuple[str, Any]]) -> int:
     return int(h.hexdigest()[:16], 16) - (1 << 63)
 
 
+_LAYOUTS: dict[tuple[tuple[str, Any, Any], ...], bytes] = {}  # a layout's digest, by the layout (a loop's is one)
+
+
+def _layout_digest(layout: tuple[tuple[str, Any, Any], ...]) -> bytes:
+    """The digest of what :func:`quick` says of its leaves besides their data, made once per layout: writing it
+    (a repr of every name, dtype and shape) costs more than the data's sums of a small model."""
+    found = _LAYOUTS.get(layout)
+    if found is None:
+        if len(_LAYOUTS) >= 64:  # many models or changing values: keep the latest few
+            _LAYOUTS.clear()
+        found = _LAYOUTS[layout] = hashlib.sha256(repr(layout).encode()).digest()
+    return found
+
+
 def _words(t: Any) -> Any:
-    """``t``'s bytes as a flat run of 32-bit words (one word per byte where its size is not a multiple of 4)."""
+    """``t``'s bytes as a flat run of 32-bit words (one word per byte where its size is not a multiple of 4); a
+    view where ``t`` is contiguous."""
     import torch
 
-    data = t.detach()
-    if not data.is_contiguous():
-        data = data.contiguous()
-    flat = data.view(-1)
+    flat = t.reshape(-1)
     if flat.element_size() == 4:
         return flat.view(torch.int32)
     raw = flat.view(torch.uint8)
@@ -116,6 +130,7 @@ def _words(t: Any) -> Any:
 
 
 _WEIGHTS: dict[Any, Any] = {}  # by device: fixed odd 32-bit weights, as many as the longest tensor seen
+_FIRST: dict[tuple[Any, int], Any] = {}  # by (device, n): the first n of them (a view, made once)
 
 
 def _word_sum(words: Any) -> Any:
@@ -126,15 +141,20 @@ def _word_sum(words: Any) -> Any:
     import torch
 
     n = words.numel()
-    weights = _WEIGHTS.get(words.device)
-    if weights is None or weights.numel() < n:
-        made = torch.Generator().manual_seed(0x6E6264697374)  # the same numbers on every rank and machine
-        drawn = torch.randint(-(1 << 31), 1 << 31, (max(n, 1 << 16),), generator=made, dtype=torch.int64)
-        weights = _WEIGHTS[words.device] = (drawn.to(torch.int32) | 1).to(words.device)
+    device = words.device
+    weights = _FIRST.get((device, n))
+    if weights is None:
+        every = _WEIGHTS.get(device)
+        if every is None or every.numel() < n:
+            made = torch.Generator().manual_seed(0x6E6264697374)  # the same numbers on every rank and machine
+            drawn = torch.randint(-(1 << 31), 1 << 31, (max(n, 1 << 16),), generator=made, dtype=torch.int64)
+            every = _WEIGHTS[device] = (drawn.to(torch.int32) | 1).to(device)
+            _FIRST.clear()  # views of the weights left behind
+        weights = _FIRST[(device, n)] = every[:n]
     try:
-        return torch.dot(weights[:n], words)
+        return torch.dot(weights, words)
     except (RuntimeError, NotImplementedError):  # a device without an integer dot: the same sum (it wraps alike)
-        return (weights[:n] * words).sum(dtype=torch.int32)
+        return (weights * words).sum(dtype=torch.int32)
 
 
 def kind_of(value: Any) -> str:
@@ -163,7 +183,7 @@ def entries(value: Any, names: dict[int, str] | None = None) -> list[Entry]:
 
 def leaves(value: Any, names: dict[int, str] | None = None) -> Iterator[tuple[str, Any]]:
     """``value``'s entries as ``(name, what it holds)``: a tensor, a number, text, None or a dtype."""
-    return _walk(value, [], names or {})
+    return _walk(value, "", names or {})
 
 
 def entry(name: str, leaf: Any) -> Entry:
@@ -178,37 +198,44 @@ def entry(name: str, leaf: Any) -> Entry:
                  shown=text if len(text) <= SHOWN_AT_MOST else text[:SHOWN_AT_MOST - 1] + "…")
 
 
-def _walk(value: Any, path: list[Step], names: dict[int, str]) -> Iterator[tuple[str, Any]]:
+def _walk(value: Any, name: str, names: dict[int, str]) -> Iterator[tuple[str, Any]]:
+    """``value``'s leaves under ``name`` (as :func:`entry_name` writes a path; built as it goes, once per step)."""
     import torch
 
     kind = kind_of(value)
     if kind in (TENSOR, VALUE) or isinstance(value, torch.dtype):
-        yield entry_name(path), value
+        yield name, value
     elif kind == MODULE:
-        for name, t in [*value.named_parameters(), *value.named_buffers()]:
-            yield from _walk(t, [*path, ("attr", name)], names)
+        for part, t in [*value.named_parameters(), *value.named_buffers()]:
+            yield from _walk(t, _attr(name, part), names)
     elif kind == OPTIMIZER:
-        yield from _optimizer(value, path, names)
+        yield from _optimizer(value, name, names)
     elif kind == DICT:
         for key, item in value.items():
-            yield from _walk(item, [*path, ("key", key)], names)
+            yield from _walk(item, f"{name}[{key!r}]", names)
     elif kind == LIST:
         for i, item in enumerate(value):
-            yield from _walk(item, [*path, ("index", i)], names)
+            yield from _walk(item, f"{name}[{i!r}]", names)
     else:
-        raise TypeError(f"{entry_name(path) or 'it'} is a {type(value).__name__}")
+        raise TypeError(f"{name or 'it'} is a {type(value).__name__}")
 
 
-def _optimizer(opt: Any, path: list[Step], names: dict[int, str]) -> Iterator[tuple[str, Any]]:
+def _attr(name: str, part: str) -> str:
+    return f"{name}.{part}" if name else part
+
+
+def _optimizer(opt: Any, name: str, names: dict[int, str]) -> Iterator[tuple[str, Any]]:
+    state_at = _attr(name, "state")
     for p, state in opt.state.items():
-        name = names.get(id(p))
-        where: Step = ("key", name) if name is not None else ("key", _position(opt, p))
+        held = names.get(id(p))
+        at = f"{state_at}[{held if held is not None else _position(opt, p)!r}]"
         for key in sorted(state, key=str):
-            yield from _walk(state[key], [*path, ("attr", "state"), where, ("attr", key)], names)
+            yield from _walk(state[key], _attr(at, key), names)
+    groups_at = _attr(name, "param_groups")
     for i, group in enumerate(opt.param_groups):
         for key in sorted(group, key=str):
             if key != "params":
-                yield from _walk(group[key], [*path, ("attr", "param_groups"), ("index", i), ("attr", key)], names)
+                yield from _walk(group[key], f"{groups_at}[{i!r}].{key}", names)
 
 
 def _position(opt: Any, p: Any) -> int:
