@@ -68,14 +68,34 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     REAPER.finish()
 
 
+# The suite runs in two pytest-xdist workers, a file to a worker (pyproject's addopts: ``-n 2 --dist loadfile
+# --no-loadscope-reorder``). Files are handed out in collection order, so the heaviest go first: a run that handed
+# out a long file last would end with one worker in it and the other idle. Seconds in one serial run on 2 cores
+# (2026-12), heaviest first; the rest follow in pytest-randomly's order, as does every file's own order.
+HEAVY_FIRST = (
+    "test_export", "test_browser", "explore/test_scenarios", "test_long_cells", "test_faults", "test_many_ranks",
+    "test_two_hosts", "test_hardening", "test_world", "test_slurm", "test_soak", "test_backends",
+    "test_readme_commands", "test_bench", "test_course", "test_spawn", "test_restart", "test_tutorials",
+    "test_ddp_replicas", "test_tunnel", "test_run", "test_store_timeout", "test_examples", "test_follow_command",
+    "test_torch_own_collectives", "test_cli", "test_follow", "test_readme_claims", "test_breakpoints",
+    "test_binder_limits", "test_types")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle: a stable sort keeps its order within a weight
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    weight = {f"tests/{name}.py": i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: weight.get(item.nodeid.split("::")[0], len(HEAVY_FIRST)))
+
+
 def free_port() -> int:
     """A free loopback port below the ephemeral range, so sockets opened later cannot take it.
 
     Stricter than nbdist's own check: bound without SO_REUSEADDR, so a port an earlier test's connections still
     hold in TIME_WAIT is passed over (a test's own listener, bound as a plain socket, would fail on it with
     "Address already in use"); and never one this run has handed out before."""
+    low, span = _port_range()
     for _ in range(200):
-        port = secrets.randbelow(10_000) + 20_000
+        port = secrets.randbelow(span) + low
         if port in _GIVEN:
             continue
         with socket.socket() as s:
@@ -85,7 +105,18 @@ def free_port() -> int:
                 continue
         _GIVEN.add(port)
         return port
-    raise RuntimeError("no free port in 20000-29999")
+    raise RuntimeError(f"no free port in {low}-{low + span - 1}")
+
+
+def _port_range() -> tuple[int, int]:
+    """This process's part of 20000-29999 (its first port, how many): all of it, or, in a pytest-xdist worker
+    (``gw0``, ``gw1``, ...), its own share, so that two workers never hand out the same port (a port handed
+    out is free when checked, and bound by its test later)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 0):
+        return 20_000, 10_000
+    span = 10_000 // int(count)
+    return 20_000 + int(worker[2:]) % int(count) * span, span
 
 
 @pytest.fixture
