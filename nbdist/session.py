@@ -249,7 +249,7 @@ class Session:
             tracker = PeerTracker(world.ranks, world.rank)
             text = wholeask.ask(world.client, world.round, rank, away.path, signing.key_from(self.secret()),
                                 where=where,
-                                gone=lambda: next((why for i, why in tracker.dead(world.client) if i == rank), None))
+                                gone=lambda: next((why for _, why in tracker.dead(world.client, [rank])), None))
             return wholeoutput.finished(text, capture.kept, rank)
 
     def pdb(self, rank: int, timeout: float) -> None:

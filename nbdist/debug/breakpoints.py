@@ -212,8 +212,8 @@ class Here:
             failed = records.Failure.read(world.client.get_if(world.key(keys.failed(self.cell))))
             if failed is not None and failed.rank != world.rank:
                 return f"the cell ended ({failed.message})"
-            return next((f"the driving notebook, {world.describe(i)}, {why}" for i, why in tracker.dead(world.client)
-                         if i == self.driver), None)
+            dead = [] if self.driver is None else tracker.dead(world.client, [self.driver])
+            return next((f"the driving notebook, {world.describe(i)}, {why}" for i, why in dead), None)
 
         return why
 

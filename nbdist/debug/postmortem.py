@@ -201,7 +201,7 @@ class Responder:
                 return f"{self.who} started its next cell or left its world"
             if asker is None:
                 return None
-            return next((f"the asking notebook, rank {i}, {why}" for i, why in tracker.dead(client) if i == asker),
+            return next((f"the asking notebook, rank {i}, {why}" for i, why in tracker.dead(client, [asker])),
                         None)
 
         return why
@@ -248,7 +248,7 @@ def ask(world: World, rank: int, key: bytes, *, write: Callable[[str], Any], rea
     def gone() -> str | None:
         if rank == world.rank:
             return None
-        return next((f"{world.describe(i)} {why}" for i, why in tracker.dead(client) if i == rank), None)
+        return next((f"{world.describe(i)} {why}" for i, why in tracker.dead(client, [rank])), None)
 
     first = True
     try:

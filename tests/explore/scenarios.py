@@ -5,7 +5,8 @@ Rank 1 is the odd one out where the ranks differ. Times are virtual: every wait'
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -22,7 +23,7 @@ from nbdist.errors import (
     WorldChangedError,
 )
 from nbdist.ranksets import ranks_text
-from nbdist.world import rendezvous
+from nbdist.world import liveness, rendezvous
 from nbdist.world import verdict as verdicts
 from nbdist.world.verdict import Verdict
 from nbdist.world.world import World
@@ -99,6 +100,18 @@ def check_meet_kill(run: Run) -> None:
     _check_stopped(run, Killed, (PeerLostError, PeerFailedError), "is gone")
     inv.no_wait_ran_out(run)
     inv.meets_again(run)
+
+
+@contextlib.contextmanager
+def ring_of_one() -> Iterator[None]:
+    """Each rank's look reads only the next rank's beat round the ring (:func:`nbdist.world.liveness.looked_at` with
+    one watched and none in turn), as in a world of thousands: only the killed rank's predecessor sees it go."""
+    saved = liveness.WATCHED, liveness.ROTATED
+    liveness.WATCHED, liveness.ROTATED = 1, 0
+    try:
+        yield
+    finally:
+        liveness.WATCHED, liveness.ROTATED = saved
 
 
 def meet_late(world: World, h: Hooks) -> str:
@@ -822,6 +835,15 @@ SCENARIOS: dict[str, Callable[[int], Scenario]] = {
         check_meet_kill,
         everywhere(KILL),
         about="the ranks meet at a step; one rank's kernel killed at any gate",
+    ),
+    "meet-kill-ring": lambda n: Scenario(
+        "meet-kill-ring",
+        n,
+        meet,
+        check_meet_kill,
+        everywhere(KILL),
+        around=ring_of_one,
+        about="as meet-kill, each rank looking only at the next one's heartbeat: the others learn it from that one",
     ),
     "typo": lambda n: Scenario(
         "typo", n, typo, check_typo, about="b. rank 1's cell cannot start (a typo), the others run it at once"

@@ -21,6 +21,7 @@ LATE_BOUND = 1  # 89 (with F1's fix reverted, the 66th fails)
 REBUILD_BOUND = 0  # 158 for a %%collective rebuild; at 1, 4180 (78 s: `python -m tests.explore` runs it)
 PLAIN_REBUILD_BOUND = 1  # 1426
 RANDOM_SEEDS = 300
+RING_SEEDS = 200  # 3 ranks, each reading one peer's beat (with looked_at reading none, every one of 30 fails)
 REBUILD_SEEDS = 100  # 3 ranks (with the told-once fix reverted, seed 36 fails)
 DRIVE_BOUND = 0  # 62 (with F5's fix reverted, the 24th fails); at 1, 1726 (54 s)
 DRIVE_SEEDS = 100  # 3 ranks (with F5's fix reverted, seed 28 fails)
@@ -61,6 +62,14 @@ def test_a_kernel_killed_at_any_gate_is_named_gone_promptly_by_the_other_rank(la
     result = exhaustive(lab, scenario("meet-kill"), KILL_BOUND)
     holds(result)
     assert result.unstopped("k") == []
+
+
+def test_a_killed_kernel_seen_only_by_the_rank_before_it_on_the_ring_is_named_gone_promptly_by_every_rank(lab: Lab):
+    """Issue 50: in a world larger than liveness.WATCHED + 1, a rank's beat is read by the ranks before it round the
+    ring (and the rest now and then); here one rank only, so the others learn of the kill from that one."""
+    result = randomly(lab, scenario("meet-kill-ring", ranks=3), range(RING_SEEDS))
+    holds(result, exhausted=False)
+    assert {rank for rank, _, _ in result.stops} == {0, 1, 2}
 
 
 def test_a_rank_whose_peer_could_not_start_the_cell_fails_at_once_or_meets_its_rerun_never_waiting_out(lab: Lab):

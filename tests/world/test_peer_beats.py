@@ -5,10 +5,11 @@ every look reads the beats in one ``multi_get``. Real server, real TCP, a real H
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
-from nbdist.world import pulse
+from nbdist.world import liveness, pulse
 from nbdist.world.heartbeat import Heartbeat
 from nbdist.world.liveness import PeerTracker
 from nbdist.world.records import Registration
@@ -117,3 +118,39 @@ def test_a_look_that_reads_for_longer_than_dead_after_dates_the_beats_it_read_to
     assert tracker.dead(store) == []  # began at 6 s, read until 9 s, unmoved since the first look ended: alive
     clock.now += 3.0
     assert [i for i, _ in tracker.dead(store)] == [1, 2]  # read until 15 s, unmoved for 9 s: dead
+
+
+def test_a_look_reads_every_peer_in_a_world_of_up_to_watched_plus_one_ranks():
+    for size in (2, 3, liveness.WATCHED + 1):
+        for me in range(size):
+            assert sorted(liveness.looked_at(me, size, 0)[0]) == [i for i in range(size) if i != me]
+
+
+def test_in_a_large_world_a_look_reads_the_next_ranks_and_some_of_the_rest_in_turn_so_waiting_is_linear():
+    """Issue 50: 1,024 waiting ranks read about 32,000 beats a look, not a million; each rank is read by the 16
+    before it every look, and by every rank within a round of the rest."""
+    size, me = 1024, 1000
+    looked, turn = liveness.looked_at(me, size, 0)
+    assert len(looked) == len(set(looked)) == liveness.WATCHED + liveness.ROTATED and me not in looked
+    assert looked[:liveness.WATCHED] == [(me + k) % size for k in range(1, liveness.WATCHED + 1)]
+    seen, looks = set(looked), 1
+    while len(seen) < size - 1:
+        looked, turn = liveness.looked_at(me, size, turn)
+        seen.update(looked)
+        looks += 1
+    assert me not in seen and looks == -(-(size - 1 - liveness.WATCHED) // liveness.ROTATED)  # 63 looks
+    readers = Counter(i for r in range(size) for i in liveness.looked_at(r, size, r)[0])
+    assert sum(readers.values()) == size * 32 and min(readers.values()) >= liveness.WATCHED
+
+
+def test_a_large_worlds_tracker_reads_what_its_look_names_and_a_watch_of_one_rank_reads_that_one(client):
+    ranks = [Registration(session=f"s{i}", rank=i, host="h", pid=i, keeps_beat=True) for i in range(40)]
+    for i in range(40):
+        beat(client, i, 1)
+    tracker = PeerTracker(ranks, 30)
+    beats, kinds = moved(lambda: tracker.beats(client))
+    assert sorted(beats) == sorted(liveness.looked_at(30, 40, 0)[0]) and len(beats) == 32
+    assert kinds == {"check": kinds["check"], "multi_get": kinds["multi_get"]}  # together, not one by one
+    assert tracker.beats(client, [5]) == {5: pulse.Beat(1, 1.0, rank=5)} and tracker.dead(client, [5]) == []
+    client.set("hb/s5", json.dumps({"n": 1, "t": 1.0, "rank": 5, "gone": True}))
+    assert [i for i, _ in tracker.dead(client, [5])] == [5]
