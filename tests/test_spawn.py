@@ -12,6 +12,7 @@ from nbdist.drive import kernels
 from .conftest import free_port, pid_gone, run_in_background, wait_gone
 
 PIDS = "sorted(get_ipython().magics_manager.registry['DistMagics'].session.workers.pids())"
+RANK_PID = "get_ipython().magics_manager.registry['DistMagics'].session.world.ranks[{}].pid"
 
 
 def spawn(kernel: kernels.Kernel, n: int, extra: str = "") -> list[int]:
@@ -85,10 +86,28 @@ def test_a_worker_killed_mid_cell_fails_the_cell_within_10_s_and_spawn_again_rep
     assert took < 10, took
     record_fault("spawned worker killed mid-cell", took)
     # --spawn again: a new world, new workers, the old one's ended.
-    new = spawn(driver, 2)
+    new = spawn(driver, 3)
     assert set(new).isdisjoint(pids)
     r = driver.execute("%%collective\nt = torch.ones(1)\ndist.all_reduce(t)\nprint('n', t.item())", timeout=60)
-    assert r.status == "ok" and "n 2.0" in r.text(), r.error
+    assert r.status == "ok" and "n 3.0" in r.text(), r.error
+    # As in a world of thousands (nbdist.world.liveness.looked_at), each rank reads only the next rank's beat: the
+    # driver never reads rank 2's, and learns that it is gone from rank 1, which does (closing the meeting it waits
+    # at, whose closing the driver's error quotes, or through the cell's failure record).
+    r = driver.execute("%%collective\nimport nbdist.world.liveness as _lv\n_lv.WATCHED, _lv.ROTATED = 1, 0\n"
+                       "print(_lv.looked_at(RANK, WORLD_SIZE, 0)[0])", timeout=60)
+    assert r.status == "ok" and all(f"[{(i + 1) % 3}]" in r.text() for i in range(3)), r.text()
+    third = driver.execute("1", user_expressions={"p": RANK_PID.format(2)}).expression("p")
+    thread, box = run_in_background(driver, "%%collective\nimport time\nt = torch.ones(1)\nfor _ in range(1200):\n"
+                                            "    time.sleep(0.05)\n    dist.all_reduce(t)\n", timeout=120)
+    time.sleep(2.0)
+    killed = time.monotonic()
+    os.kill(int(third), signal.SIGKILL)
+    thread.join(30)
+    assert not thread.is_alive()
+    r = box["r"]
+    assert r.status == "error" and r.error["ename"] in ("PeerLostError", "PeerFailedError"), r.error
+    assert "rank 2 (" in r.error["evalue"] and "is gone" in r.error["evalue"], r.error
+    assert box["t"] - killed < 10, box["t"] - killed
     # Restarting the driving kernel (as Jupyter does: ask, then kill) leaves no worker.
     driver.manager.restart_kernel(now=False)
     wait_gone(new, 15)
