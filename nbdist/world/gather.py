@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import PeerFailedError, StoreConnectionError, WaitTimeout
+from ..errors import PeerFailedError, PeerLostError, StoreConnectionError, WaitTimeout
 from ..ranksets import who_said
 from . import keys, meeting
 from . import verdict as verdicts
@@ -64,7 +64,7 @@ def missed(world: World, n: int) -> str | None:
         return None
     first, last = world.last_turn + 1, n - 1
     decided = verdicts.decode(world.client.get_if(world.key(keys.state(keys.arrival(last)))))
-    why = decided.encode() if decided is not None else "closed"
+    why = decided.said if decided is not None else "closed"
     steps = f"step #{first}" if first == last else f"steps #{first}-#{last}"
     return (f"{steps} went by without this rank (the last: {why}); it meets the others at step #{n}, which "
             "every rank reaches next")
@@ -164,6 +164,8 @@ def barrier(world: World, g: Gathering) -> Verdict:
     if outcome is Next.REFUSED:
         raise BarrierRefused(state.why)
     if outcome is Next.CLOSED:
+        if state.lost:
+            raise PeerLostError(state.why)
         raise PeerFailedError(f"{g.label}: {state.encode()}; run the next cell on every rank")
     return state
 
@@ -209,19 +211,21 @@ def _wait_open(world: World, base: str, g: Gathering) -> Verdict | None:
         _note_gave_up(world, g.label, f"waited {g.timeout:g} s")
         raise WaitTimeout(missing) from None
     except Exception as exc:
-        state = _close(world, base, f"stopped waiting: {exc}", g.step)
+        lost = str(exc) if isinstance(exc, PeerLostError) else None  # every rank says it as this one found it
+        state = _close(world, base, f"stopped waiting: {exc}", g.step, lost)
         if meeting.notes_gave_up(meeting.leaving(Cause.ERROR, state)):
             _note_gave_up(world, g.label, str(exc))
         raise
 
 
-def _close(world: World, base: str, reason: str, step: int | None = None) -> Verdict | None:
+def _close(world: World, base: str, reason: str, step: int | None = None, lost: str | None = None) -> Verdict | None:
     """Close an open barrier with a reason (taking its ``step``'s turn, if it meets one); returns its verdict
-    (one that opened, if it opened meanwhile); None if the store is gone."""
+    (one that opened, if it opened meanwhile); None if the store is gone. ``lost``: what this rank found gone
+    (:func:`nbdist.world.verdict.lost`), in place of the reason."""
     try:
         if step is not None:
             world.turns.take(step)
-        closed = f"{world.describe(world.rank)} {reason}"
+        closed = f"{world.describe(world.rank)} {reason}" if lost is None else verdicts.lost(lost).encode()
         return verdicts.decode(world.client.compare_set(keys.state(base), "", closed))
     except StoreConnectionError:  # the store itself is gone: nobody to tell
         return None

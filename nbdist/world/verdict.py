@@ -8,6 +8,7 @@ this module is the one codec between the two. The text, as the store has always 
 ``go:with:<found>``       the same, with what the last to arrive found for every rank (its caller's words)
 ``go:rebuild:<why>``      the meeting opened, and every rank rebuilds its process group first
 ``refused:<why>``         every rank arrived, and the last to arrive refused (``why`` says why)
+``lost:<what>``            closed: a rank found another gone as it waited (what it found: its ``PeerLostError``)
 ``<who> <reason>``        closed: a rank stopped waiting, or never came (its words)
 (unset)                   undecided: ranks are still arriving
 ========================  ================================================================
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 _WITH = "go:with:"
 _REBUILD = "go:rebuild:"
 _REFUSED = "refused:"
+_LOST = "lost:"
 
 
 class Kind(enum.Enum):
@@ -41,6 +43,12 @@ class Verdict:
 
     kind: Kind
     why: str = ""
+    lost: bool = False  # closed by a rank that found another gone: ``why`` is what it found, and every rank says it
+
+    @property
+    def said(self) -> str:
+        """The verdict in words, for people (a lost peer's as its finder said it)."""
+        return self.why if self.lost else self.encode()
 
     @property
     def opened(self) -> bool:
@@ -59,6 +67,8 @@ class Verdict:
             return _REBUILD + self.why
         if self.kind is Kind.REFUSED:
             return _REFUSED + self.why
+        if self.lost:
+            return _LOST + self.why
         return self.why or "closed"
 
 
@@ -82,6 +92,12 @@ def closed(words: str) -> Verdict:
     return Verdict(Kind.CLOSED, words)
 
 
+def lost(found: str) -> Verdict:
+    """Closed by a rank that ``found`` another gone (a ``PeerLostError``'s words): every rank raises it alike, also
+    those that do not read that rank's heartbeat (:func:`nbdist.world.liveness.looked_at`)."""
+    return Verdict(Kind.CLOSED, found, lost=True)
+
+
 def decode(text: str | None) -> Verdict | None:
     """The verdict a barrier's state holds; None while it is undecided (unset or empty)."""
     if not text:
@@ -94,4 +110,6 @@ def decode(text: str | None) -> Verdict | None:
         return GO
     if text.startswith(_REFUSED):
         return refused(text.removeprefix(_REFUSED))
+    if text.startswith(_LOST):
+        return lost(text.removeprefix(_LOST))
     return closed(text)

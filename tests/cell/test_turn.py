@@ -42,6 +42,16 @@ def test_a_state_as_the_store_holds_it_reads_as_one_verdict_and_writes_back_the_
     assert decided.rebuild == (why if kind is Kind.REBUILD else None)
 
 
+def test_a_meeting_closed_by_a_rank_that_found_another_gone_reads_as_that_finding_for_every_rank():
+    """Issue 50: in a large world only some ranks read a given rank's heartbeat (nbdist.world.liveness.looked_at);
+    the one that finds it gone closes the meeting with what it found, and every rank raises that PeerLostError."""
+    found = "rank 2 (h, pid 9) is gone: its kernel exited or was killed. Once its notebook runs ..."
+    decided = verdicts.decode(verdicts.lost(found).encode())
+    assert decided == verdicts.lost(found) and decided.kind is Kind.CLOSED and decided.lost and not decided.opened
+    assert decided.encode() == "lost:" + found and decided.said == found and decided.why == found
+    assert verdicts.decode("rank 1 (h, pid 2) interrupted its cell").said == "rank 1 (h, pid 2) interrupted its cell"
+
+
 def test_an_unset_state_is_undecided_and_any_go_form_opens():
     assert verdicts.decode(None) is None and verdicts.decode("") is None
     assert verdicts.decode("go:a later form") == verdicts.GO

@@ -114,6 +114,17 @@ def ring_of_one() -> Iterator[None]:
         liveness.WATCHED, liveness.ROTATED = saved
 
 
+def check_meet_kill_ring(run: Run) -> None:
+    """As :func:`check_meet_kill`, and every rank that failed raised the ``PeerLostError`` that named the killed rank,
+    also those that do not read its heartbeat (the rank that does closes the meeting with what it found)."""
+    check_meet_kill(run)
+    for rank, outcome in sorted(run.outcomes.items()):
+        error = outcome.error
+        if error is not None and not isinstance(error, (Killed, PeerLostError)):
+            raise Violation(f"{run.describe(rank)} failed with {type(error).__name__}, not the lost peer's "
+                            f"PeerLostError: {error}")
+
+
 def meet_late(world: World, h: Hooks) -> str:
     """As :func:`meet`, but each rank reads its step as its own cell begins: a stop may close step 1 before
     another rank has read it."""
@@ -840,7 +851,7 @@ SCENARIOS: dict[str, Callable[[int], Scenario]] = {
         "meet-kill-ring",
         n,
         meet,
-        check_meet_kill,
+        check_meet_kill_ring,
         everywhere(KILL),
         around=ring_of_one,
         about="as meet-kill, each rank looking only at the next one's heartbeat: the others learn it from that one",
