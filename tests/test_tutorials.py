@@ -25,7 +25,6 @@ from .exported import notebook_values
 FOLDER = Path(__file__).resolve().parents[1] / "examples" / "tutorials"
 NOTEBOOK = FOLDER / "tutorials.ipynb"
 SCRIPT = FOLDER / "tutorials.py"
-_TEE = re.compile(r"^\[default(\d+)\]:(.*)$")  # torchrun --tee 1 marks each stdout line with its local rank
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +32,16 @@ def torchrun_lines(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[s
     """Each rank's stdout lines from one ``torchrun --standalone --nproc-per-node 2 tutorials.py``."""
     tmp = tmp_path_factory.mktemp("torchrun")  # demo_checkpoint's file, in TMPDIR, is this run's own
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}
+    # Each rank's stdout into a file of its own (--redirects 1), read once torchrun ended. With --tee, read from
+    # torchrun's own stdout (a copy that its threads tail from those files as they grow, two ranks into one
+    # stream), rank 0 once had 9 epoch lines of 10 in a full run of the suite.
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           "--tee", "1", str(SCRIPT)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
+                           "--log-dir", str(tmp / "logs"), "--redirects", "1", str(SCRIPT)], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=tmp)
     assert done.returncode == 0, f"torchrun failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    lines: dict[int, list[str]] = {0: [], 1: []}
-    for line in done.stdout.splitlines():
-        if match := _TEE.match(line):
-            lines[int(match[1])].append(match[2])
+    lines = {rank: found.read_text().splitlines()
+             for rank in (0, 1) for found in (tmp / "logs").glob(f"*/attempt_0/{rank}/stdout.log")}
+    assert sorted(lines) == [0, 1], sorted(str(f) for f in (tmp / "logs").rglob("*"))
     _hold_the_tutorials_facts(lines)
     return lines
 
