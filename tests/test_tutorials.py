@@ -33,8 +33,9 @@ def torchrun_lines(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[s
     tmp = tmp_path_factory.mktemp("torchrun")  # demo_checkpoint's file, in TMPDIR, is this run's own
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}
     # Each rank's stdout into a file of its own (--redirects 1), read once torchrun ended. With --tee, read from
-    # torchrun's own stdout (a copy that its threads tail from those files as they grow, two ranks into one
-    # stream), rank 0 once had 9 epoch lines of 10 in a full run of the suite.
+    # torchrun's own stdout, rank 0 once had 9 epoch lines of 10 in a full run of the suite: torchrun copies each
+    # file there with readline() as it grows (elastic's tail_logfile), so a line read before its end was written
+    # goes out in two pieces, each with its rank's prefix, the two ranks' pieces in one stream.
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                            "--log-dir", str(tmp / "logs"), "--redirects", "1", str(SCRIPT)], capture_output=True,
                           text=True, timeout=300, env=env, cwd=tmp)
