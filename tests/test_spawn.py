@@ -113,25 +113,11 @@ def test_a_worker_killed_mid_cell_fails_the_cell_within_10_s_and_spawn_again_rep
     wait_gone(new, 15)
 
 
-def test_a_killed_driver_leaves_no_worker_and_a_busy_port_29500_gives_a_free_one(driver):
-    import socket
-
-    holder = socket.socket()
-    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        holder.bind(("127.0.0.1", 29500))
-        holder.listen(1)
-    except OSError:
-        holder.close()
-        holder = None  # something else holds it already: just as busy
-    try:
-        r = driver.execute("%dist_init --spawn 2", timeout=180)
-        assert r.status == "ok", r.error
-        assert "master port 295" in r.text() and "(--spawn: 29500 is busy, so a free port)" in r.text(), r.text()
-        assert "rendezvous 127.0.0.1:29500" not in r.text(), r.text()
-    finally:
-        if holder is not None:
-            holder.close()
+def test_a_killed_driver_leaves_no_worker(driver):
+    # Not on 29500: a busy 29500 is tested where it is decided (tests/drive/test_launchers.py), for a moment only.
+    # Held here for the whole %dist_init, it once took 29500 from another file's --spawn in the other worker, which
+    # had found it free a moment before and then met this test's socket instead of its own server.
+    spawn(driver, 2)
     pids = ast.literal_eval(driver.execute("1", user_expressions={"p": PIDS}).expression("p"))
     os.kill(driver.manager.provisioner.pid, signal.SIGKILL)  # no atexit: ipykernel's parent poller ends them
     wait_gone(pids, 15)

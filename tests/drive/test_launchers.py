@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from nbdist.config import ConfigError
+from nbdist.config import DEFAULT_PORT, ConfigError
 from nbdist.drive import headless, launchers, slurm, spawn
 
 
@@ -113,6 +113,30 @@ def test_sbatch_reason_is_its_error_line():
     assert slurm._first_error(said) == "sbatch: unrecognized option '--ntask-per-node=1'"
     assert slurm._first_error("sbatch: error: invalid partition specified: npu\nsbatch: error: Batch job "
                               "submission failed") == "sbatch: error: invalid partition specified: npu"
+
+
+def test_spawn_takes_29500_when_it_is_free_else_a_free_port_and_says_why():
+    """The port --spawn chooses without --master-port (spawn.free_port), with 29500 held for a moment only: the suite
+    runs in two workers, and another file's --spawn may want 29500 meanwhile."""
+    import socket
+
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        holder.bind(("127.0.0.1", DEFAULT_PORT))
+        holder.listen(1)
+    except OSError:
+        holder.close()
+        holder = None  # something else holds it already: just as busy
+    try:
+        busy = spawn.plan(_spawn_args(master_port=None), {})
+    finally:
+        if holder is not None:
+            holder.close()
+    assert busy.flags["master_port"] != DEFAULT_PORT and busy.flags["master_port"] in spawn.FALLBACK_PORTS
+    assert busy.sources["master_port"] == f"--spawn: {DEFAULT_PORT} is busy, so a free port"
+    given = spawn.plan(_spawn_args(master_port=29555), {})
+    assert given.flags["master_port"] == 29555 and "master_port" not in given.sources
 
 
 def test_spawn_hands_max_restarts_to_local_workers_and_to_a_slurm_job_default_3(monkeypatch, tmp_path):
