@@ -8,7 +8,7 @@ this module is the one codec between the two. The text, as the store has always 
 ``go:with:<found>``       the same, with what the last to arrive found for every rank (its caller's words)
 ``go:rebuild:<why>``      the meeting opened, and every rank rebuilds its process group first
 ``refused:<why>``         every rank arrived, and the last to arrive refused (``why`` says why)
-``lost:<what>``            closed: a rank found another gone as it waited (what it found: its ``PeerLostError``)
+``lost:<what>``           closed: a rank found another gone as it waited (what it found: its ``PeerLostError``)
 ``<who> <reason>``        closed: a rank stopped waiting, or never came (its words)
 (unset)                   undecided: ranks are still arriving
 ========================  ================================================================
