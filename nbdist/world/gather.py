@@ -19,7 +19,7 @@ from ..errors import PeerFailedError, PeerLostError, StoreConnectionError, WaitT
 from ..ranksets import who_said
 from . import keys, meeting
 from . import verdict as verdicts
-from .meeting import Cause, Leave, Next, Seen
+from .meeting import Cause, Leave, Missing, Next, Seen
 from .records import Arrival, MalformedRecord, Note
 from .verdict import Verdict
 from .world import World, step_name
@@ -136,10 +136,7 @@ def barrier(world: World, g: Gathering) -> Verdict:
         # last and had not written it yet when the others went on (a 16-rank status met "running" there).
         world.notes.write(f"waiting at {g.label}", barrier=g.name, then=g.then or f"passed {g.label}", turn=g.step)
         if meeting.arrived(world.client.add(keys.arrivals(base), 1), expected) is Next.DECIDE:
-            decided = g.verdict() if g.verdict is not None else verdicts.GO
-            if g.step is not None:
-                world.turns.take(g.step)
-            state = verdicts.decode(world.client.compare_set(keys.state(base), "", decided.encode()))
+            state = _decide(world, base, g)
         else:
             state = _wait_open(world, base, g)
     except KeyboardInterrupt as exc:  # wherever it lands (a store call defers it): nobody may wait for this rank
@@ -170,6 +167,21 @@ def barrier(world: World, g: Gathering) -> Verdict:
     return state
 
 
+def _decide(world: World, base: str, g: Gathering) -> Verdict | None:
+    """As the last to arrive, decide for every rank; returns the state (one a rank that left wrote first, if any).
+    A verdict that raises closes the meeting with what it raised: every rank's note says it is there, so the
+    others wait on for the decision (:class:`nbdist.world.meeting.Missing`) until a state is written."""
+    try:
+        decided = g.verdict() if g.verdict is not None else verdicts.GO
+    except Exception as exc:
+        _close(world, base, f"could not decide ({type(exc).__name__}: {exc})", g.step)
+        _note_gave_up(world, g.label, str(exc))
+        raise
+    if g.step is not None:
+        world.turns.take(g.step)
+    return verdicts.decode(world.client.compare_set(keys.state(base), "", decided.encode()))
+
+
 def _wait_open(world: World, base: str, g: Gathering) -> Verdict | None:
     """Wait until the meeting is decided; each slice checks the world, the peers and the caller's tick, and
     :func:`nbdist.world.meeting.waiting` decides what the clock means. Leaving on its own, this rank closes it."""
@@ -187,9 +199,7 @@ def _wait_open(world: World, base: str, g: Gathering) -> Verdict | None:
         now = time.monotonic()
         step = meeting.waiting(Seen(None), now, deadline, waits_for_work)
         if step is Next.READ_MISSING:
-            assert g.working is not None
-            step = meeting.waiting(Seen(None, _missing_work(world, g.name, g.members, g.working)), now, deadline,
-                                   waits_for_work)
+            step = meeting.waiting(Seen(None, _missing(world, g)), now, deadline, waits_for_work)
         if step is Next.RECHECK:
             deadline = now + WORKING_RECHECK  # every missing rank is still at work: look again soon
         elif step is Next.GIVE_UP:
@@ -256,11 +266,15 @@ def not_arrived(world: World, name: str, members: list[int] | None) -> dict[int,
     return {i: last for i, last in world.notes.of_ranks(ranks).items() if last is None or last.barrier != name}
 
 
-def _missing_work(world: World, name: str, members: list[int] | None,
-                  working: Callable[[int, Note | None], bool]) -> bool:
-    """Whether every rank still missing is at work (see :class:`Gathering`); the peer checks vouch for its life."""
-    missing = not_arrived(world, name, members)
-    return bool(missing) and all(working(i, last) for i, last in missing.items())
+def _missing(world: World, g: Gathering) -> Missing:
+    """What the ranks do that have not noted their arrival at ``g`` (see :class:`Gathering`); the peer checks
+    vouch for their lives."""
+    missing = not_arrived(world, g.name, g.members)
+    if not missing:
+        return Missing.NONE
+    working = g.working
+    return Missing.AT_WORK if working is not None and all(working(i, last) for i, last in missing.items()) else (
+        Missing.AWAY)
 
 
 def who_is_missing(world: World, name: str, timeout: float, label: str, members: list[int] | None = None) -> str:

@@ -8,9 +8,14 @@ here touches the store or the clock, so every decision is tested as a table (``t
        |                           |
        +--count >= expected--> DECIDE (the last to arrive writes the verdict)
                                    |
-                                   +--past the deadline--> READ_MISSING --all at work--> RECHECK (a new deadline)
-                                                                         |
+                                   +--past the deadline--> READ_MISSING --none missing--> RECHECK (a new deadline)
+                                                                         |--all at work--> RECHECK
                                                                          +--otherwise--> GIVE_UP
+
+"None missing": every rank's note says it reached this meeting, and the state is not yet decided: the last to arrive
+is counting itself in or deciding, so a rank past its deadline waits on (a rank held up there, by a loaded machine,
+between its note and its verdict, is no rank missing; its heartbeat vouches for its life, and a rank that leaves
+the meeting on its own closes it).
 
 A rank that leaves the wait on its own (the stop button, the deadline, an error: :class:`Cause`) closes the
 meeting with its reason, and what the close found decides how it leaves (:func:`leaving`): a meeting that
@@ -38,13 +43,21 @@ class Next(enum.Enum):
     GIVE_UP = "give up"  # past the deadline: close the meeting and name who is missing
 
 
+class Missing(enum.Enum):
+    """What a rank past its deadline read of the ranks whose notes do not say they reached the meeting."""
+
+    NONE = "none"  # every rank's note says it is there: the last to arrive is deciding
+    AT_WORK = "at work"  # every rank still missing works towards the meeting (running the cell's body)
+    AWAY = "away"  # some rank still missing does something else, or nothing
+
+
 @dataclass(frozen=True)
 class Seen:
     """What a waiting rank read in one slice: the meeting's state (None: undecided), and, once asked for
-    (:attr:`Next.READ_MISSING`), whether every rank still missing is at work (None: not read)."""
+    (:attr:`Next.READ_MISSING`), what the missing ranks do (None: not read)."""
 
     state: Verdict | None
-    missing_at_work: bool | None = None
+    missing: Missing | None = None
 
 
 def arrived(count: int, expected: int) -> Next:
@@ -62,19 +75,20 @@ def decided(state: Verdict) -> Next:
 def waiting(seen: Seen, now: float, deadline: float, waits_for_work: bool) -> Next:
     """The next action of a rank waiting at a meeting, at ``now`` (its deadline: ``deadline``).
 
-    ``waits_for_work``: the meeting's deadline does not count for a missing rank still at work towards
-    it (running the cell's body); past the deadline, the rank looks, and waits on while every missing
-    rank works (their heartbeats vouch for their lives: a dead one ends the wait by another check).
+    Past the deadline, the rank looks at the missing ranks first, and waits on while none is missing (the last
+    to arrive is deciding). ``waits_for_work``: the meeting's deadline does not count for a missing rank still
+    at work towards it (running the cell's body) either: the rank waits on while every missing rank works.
+    Their heartbeats vouch for their lives: a dead one ends the wait by another check.
     """
     if seen.state is not None:
         return decided(seen.state)
     if now <= deadline:
         return Next.WAIT
-    if not waits_for_work:
-        return Next.GIVE_UP
-    if seen.missing_at_work is None:
+    if seen.missing is None:
         return Next.READ_MISSING
-    return Next.RECHECK if seen.missing_at_work else Next.GIVE_UP
+    if seen.missing is Missing.NONE or (seen.missing is Missing.AT_WORK and waits_for_work):
+        return Next.RECHECK
+    return Next.GIVE_UP
 
 
 class Cause(enum.Enum):

@@ -34,7 +34,7 @@ from .explorer import Hooks, Rejoined, Run, Scenario
 from .gate import Hung, Killed
 from .invariants import Violation
 from .kernel import RAISED, SENT, Kernel, kernel, opened
-from .scheduler import AFTER, BEFORE, KILL, SENT_AFTER, SENT_BEFORE
+from .scheduler import AFTER, BEFORE, KILL, SENT_AFTER, SENT_BEFORE, STALLED
 
 T = TypeVar("T")
 BODY = "x = RANK\n"
@@ -504,6 +504,28 @@ def check_drive_sent(run: Run) -> None:
     inv.meets_again(run)
 
 
+def check_stalled(run: Run) -> None:
+    """A rank held up (a loaded machine, a person in its debugger) fails no one once it noted its arrival at a
+    meeting: a rank that gives up names a rank missing there, never "none", and the rank held up then fails naming
+    the one that gave up. Every rank's cell, run again, opens; the next step works on every rank."""
+    stalled = run.hit()
+    for rank, outcome in sorted(run.outcomes.items()):
+        if outcome.error is not None:
+            raise Violation(f"{run.describe(rank)} {outcome}")
+        first, *again = outcome.value
+        if again and isinstance(again[-1], BaseException):
+            raise Violation(f"{run.describe(rank)}'s cell, run again, failed: {again[-1]!r}")
+        if not isinstance(first, BaseException):
+            continue
+        if isinstance(first, WaitTimeout):
+            late = [r for r in stalled if r != rank and f"Missing: {run.describe(r)}" in str(first)]
+            if not late:
+                raise Violation(f"{run.describe(rank)} gave up naming no rank held up: {first}")
+        elif not (isinstance(first, PeerFailedError) and "gave up waiting" in str(first)):
+            raise Violation(f"{run.describe(rank)}'s cell ended with {first!r}, though no rank failed")
+    inv.meets_again(run)
+
+
 # --- h. a body that raises before or after its collective ------------------------------------------------------
 
 
@@ -944,6 +966,15 @@ SCENARIOS: dict[str, Callable[[int], Scenario]] = {
         at_followers(SENT_BEFORE + SENT_AFTER),
         around=groups.modelled,
         about="g. F6, F7: rank 0 drives; a stop sent to a follower at any gate",
+    ),
+    "compare-stall": lambda n: Scenario(
+        "compare-stall",
+        n,
+        meet_comparing,
+        check_stalled,
+        everywhere(STALLED),
+        around=groups.modelled,
+        about="a rank held up (a loaded machine, its debugger) at any gate of a cell whose body compares a collective",
     ),
     "raise-before": lambda n: Scenario(
         "raise-before",

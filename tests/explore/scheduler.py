@@ -10,9 +10,11 @@ order:
 2. else one rank at a gate is granted, chosen by the chooser (a choice point), and with it, where the
    scenario allows, an event (another choice point): the stop button just before the operation (``b``) or just
    after it (``a``), a stop that nbdist sends (a :class:`~nbdist.errors.StopRequest`, which a watcher raises
-   through the kernel's stopper) just before (``B``) or just after it (``A``), or the rank's kernel killed
-   (``k``);
-3. else a rank waiting to re-run (``later``: a person re-runs a cell once the others have settled) goes on;
+   through the kernel's stopper) just before (``B``) or just after it (``A``), the rank's kernel killed
+   (``k``), or the rank stalled just before it for :data:`STALL` virtual seconds (``s``: a kernel that a loaded
+   machine or a person in its debugger holds up, while the others' clocks run);
+3. else a rank waiting to re-run (``later``: a person re-runs a cell once the others have settled, none held up)
+   goes on;
 4. else virtual time moves to the next tick of a blocked rank (its ``on_tick`` runs; past its deadline the wait
    raises ``WaitTimeout``), beating each live rank's heartbeat as the pulse would once a virtual second; a wait
    still blocked after :data:`HANG_AFTER` never ends, and the run ends it with :class:`~.gate.Hung`;
@@ -42,12 +44,14 @@ from .gate import Hung, Killed
 RUNNING, GATE, BLOCKED, LATER, DONE = "running", "at a gate", "blocked", "later", "done"
 RUN, BEFORE, AFTER, KILL = ".", "b", "a", "k"  # what a grant says: go on, stop before, stop after, kill
 SENT_BEFORE, SENT_AFTER = "B", "A"  # a stop nbdist sends (StoppedError through the stopper), before or after
+STALLED = "s"  # the rank is held up just before the operation, its heartbeat beating on
+STALL = 5.0  # virtual seconds a stall lasts: past a scenario's timeout and a recheck of who is missing
 _ABORT, _HUNG = "abort", "hung"
 WRITES = frozenset({"set", "add", "compare_set", "append", "delete"})
 WATCHDOG = 20.0  # real seconds a rank may run between two gates before the run counts as stuck
 HANG_AFTER = 120.0  # virtual seconds (60 of the scenarios' timeouts) after which a wait counts as one that never ends
 EVENT_NAMES = {BEFORE: "stop before", AFTER: "stop after", KILL: "killed at", SENT_BEFORE: "sent a stop before",
-               SENT_AFTER: "sent a stop after"}
+               SENT_AFTER: "sent a stop after", STALLED: "stalled at"}
 LANDS_BEFORE, LANDS_AFTER = (BEFORE, SENT_BEFORE), (AFTER, SENT_AFTER)
 
 
@@ -141,6 +145,7 @@ class _Rank:
     wake: str | None = None
     in_tick: bool = False
     killed: bool = False
+    stalled: bool = False  # held up (``s``): the others have not settled
     gates: int = 0
     offered: set[int] = field(default_factory=set)  # the gates where the scenario offered an event
 
@@ -186,6 +191,8 @@ class Scheduler:
         action = self._gate(rank, op, key)
         if action in LANDS_BEFORE:
             self.land(rank, action)
+        if action == STALLED:
+            self.stall(rank)
         result = fn()
         if op in WRITES:
             self.writes.append(Write(self.clock.elapsed, rank, op, self.short(key), args, result))
@@ -223,6 +230,8 @@ class Scheduler:
     def enter_wait(self, rank: int, keys: list[str]) -> str | None:
         """The gate of a wait; the stop to land just after it ends (its action), if any."""
         action = self._gate(rank, "wait", ",".join(keys))
+        if action == STALLED:
+            self.stall(rank)
         self.ranks[rank].since = self.clock.now
         if action in LANDS_BEFORE:
             self.land(rank, action)
@@ -264,6 +273,14 @@ class Scheduler:
             st.keys, st.until, st.fresh, st.wake, st.status = [], self.clock.now + seconds, False, None, BLOCKED
             st.since = self.clock.now
             self._park(st)
+
+    def stall(self, rank: int) -> None:
+        """``rank`` is held up for :data:`STALL` virtual seconds; no person re-runs a cell meanwhile (``later``)."""
+        self.ranks[rank].stalled = True
+        try:
+            self.sleep(STALL)
+        finally:
+            self.ranks[rank].stalled = False
 
     def _gate(self, rank: int, op: str, key: str) -> str:
         st = self.ranks[rank]
@@ -340,7 +357,7 @@ class Scheduler:
                     self._grant(gated)
                     continue
                 later = [st for st in self.ranks if st.status == LATER]
-                if later:
+                if later and not any(st.stalled for st in self.ranks):
                     self._wake(later[0], "later")
                     continue
                 blocked = [st for st in self.ranks if st.status == BLOCKED]

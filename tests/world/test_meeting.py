@@ -4,7 +4,7 @@ import pytest
 
 from nbdist.world import meeting
 from nbdist.world import verdict as verdicts
-from nbdist.world.meeting import Cause, Leave, Next, Seen
+from nbdist.world.meeting import Cause, Leave, Missing, Next, Seen
 
 T0 = 1000.0  # the fixed clock: every "now" below is T0 plus seconds
 DEADLINE = T0 + 30.0
@@ -31,14 +31,20 @@ def test_the_last_to_arrive_decides_and_the_others_wait(count, expected, next_):
     (Seen(None), T0, False, Next.WAIT),
     (Seen(None), DEADLINE, False, Next.WAIT),
     (Seen(None), DEADLINE, True, Next.WAIT),
-    # Past it: give up, or, where the missing ranks' work counts, look at them first.
-    (Seen(None), DEADLINE + 0.01, False, Next.GIVE_UP),
-    (Seen(None, missing_at_work=True), DEADLINE + 0.01, False, Next.GIVE_UP),
+    # Past it: look at the missing ranks first.
+    (Seen(None), DEADLINE + 0.01, False, Next.READ_MISSING),
     (Seen(None), DEADLINE + 0.01, True, Next.READ_MISSING),
-    (Seen(None, missing_at_work=True), DEADLINE + 0.01, True, Next.RECHECK),
-    (Seen(None, missing_at_work=False), DEADLINE + 0.01, True, Next.GIVE_UP),
+    # None missing: every rank noted its arrival, and the last is deciding (held up, say): wait on, at any barrier.
+    (Seen(None, Missing.NONE), DEADLINE + 0.01, False, Next.RECHECK),
+    (Seen(None, Missing.NONE), DEADLINE + 0.01, True, Next.RECHECK),
+    # Missing ranks at work count only where the meeting waits for work.
+    (Seen(None, Missing.AT_WORK), DEADLINE + 0.01, False, Next.GIVE_UP),
+    (Seen(None, Missing.AT_WORK), DEADLINE + 0.01, True, Next.RECHECK),
+    (Seen(None, Missing.AWAY), DEADLINE + 0.01, True, Next.GIVE_UP),
+    (Seen(None, Missing.AWAY), DEADLINE + 0.01, False, Next.GIVE_UP),
     # What was read of the missing ranks does not matter before the deadline.
-    (Seen(None, missing_at_work=False), T0, True, Next.WAIT),
+    (Seen(None, Missing.AWAY), T0, True, Next.WAIT),
+    (Seen(None, Missing.NONE), T0, False, Next.WAIT),
 ])
 def test_a_waiting_rank_acts_on_the_state_and_the_clock(seen, now, waits_for_work, next_):
     assert meeting.waiting(seen, now, DEADLINE, waits_for_work) is next_
@@ -47,7 +53,7 @@ def test_a_waiting_rank_acts_on_the_state_and_the_clock(seen, now, waits_for_wor
 def test_a_rank_at_work_keeps_the_wait_going_one_recheck_at_a_time():
     """The executor's loop on a fixed clock: the deadline moves while every missing rank works, then gives up."""
     deadline, now, actions = DEADLINE, T0, []
-    at_work = [True, True, False]  # what the missing ranks do at each look past the deadline
+    at_work = [Missing.AT_WORK, Missing.NONE, Missing.AWAY]  # what the missing ranks do at each look past it
     while True:
         now += 0.5
         step = meeting.waiting(Seen(None), now, deadline, waits_for_work=True)
