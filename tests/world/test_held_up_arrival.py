@@ -27,12 +27,14 @@ class Waiting:
 
     def __init__(self, world, working=None) -> None:
         self.world, self.looks, self.result = world, threading.Semaphore(0), list[object]()
+        self.waits = threading.Event()  # it counted itself in, and waits
         self.deadline = time.monotonic() + TIMEOUT
         g = Gathering(NAME, LABEL, TIMEOUT, working=working, on_tick=self._tick)
         self.thread = threading.Thread(target=self._run, args=(g,), daemon=True)
         self.thread.start()
 
     def _tick(self) -> None:
+        self.waits.set()
         if time.monotonic() > self.deadline:
             self.looks.release()
 
@@ -84,6 +86,7 @@ def test_a_last_rank_whose_verdict_raises_closes_the_meeting_so_no_one_waits_on_
     must close the meeting with why."""
     first, last = two_worlds
     waiting = Waiting(first)
+    assert waiting.waits.wait(60)  # rank 0 counted in first: rank 1 arrives last and decides
 
     def verdict():
         waiting.past_deadline(1)
