@@ -19,7 +19,7 @@ from nbdist.world.pulse import Beat
 from nbdist.world.records import Busy, Failure, Note, Registration
 from nbdist.world.world import World
 
-from .conftest import free_port, init_line, lend, ok, run_in_background
+from .conftest import BUSY, STOP_WITHIN, free_port, init_line, lend, ok, run_in_background
 
 NOW = 1_000_000.0
 INFO = Registration(session="s0", rank=0, host="vm", pid=7, device="cpu")
@@ -305,7 +305,7 @@ def test_the_button_stops_a_cell_running_on_another_rank(world):
     k0.client.shell_channel.send(k0.client.session.msg("comm_msg", click))
     thread.join(10)
     assert box["r"].status == "error" and box["r"].error["ename"] == "StoppedError", box["r"].error
-    assert box["t"] - clicked < 2.0
+    assert box["t"] - clicked < STOP_WITHIN + BUSY
     assert "with %dist_stop" in box["r"].error["evalue"]
 
 

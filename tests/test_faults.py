@@ -18,7 +18,7 @@ import pytest
 from nbdist.drive import kernels
 from nbdist.world.store import connect, probe
 
-from .conftest import form, init_line, lend, run_in_background, wait_for_note, world_round
+from .conftest import BUSY, STOP_WITHIN, form, init_line, lend, run_in_background, wait_for_note, world_round
 
 ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nt.item()\n"
 HOST = socket.gethostname()  # every loopback rank runs here: messages name this host
@@ -125,7 +125,7 @@ def test_the_stop_button_at_a_barrier_ends_the_cell_within_2s_and_the_others_are
     t0.join(timeout=30)
     elapsed = box0["t"] - pressed
     record_fault("stop button at a barrier", elapsed)
-    assert elapsed < 2 and box0["r"].error["ename"] == "KeyboardInterrupt"
+    assert elapsed < STOP_WITHIN + BUSY and box0["r"].error["ename"] == "KeyboardInterrupt"
     # Rank 1 runs the cell afterwards: it is told at once that rank 0 interrupted that step, and meets rank 0
     # at the next one, where rank 0 runs the cell again.
     t1, box1 = run_in_background(ks[1], "%%collective --timeout 60\nx = 1\n")
@@ -164,9 +164,9 @@ def test_the_stop_button_in_a_hung_collective_ends_the_cell_within_2s_on_every_r
     t1.join(timeout=30)
     elapsed = box0["t"] - pressed
     record_fault("stop button in a hung collective", elapsed)
-    assert elapsed < 2, f"took {elapsed:.1f} s"
+    assert elapsed < STOP_WITHIN + BUSY, f"took {elapsed:.1f} s"
     assert box0["r"].error["ename"] == "KeyboardInterrupt"
-    assert box1["t"] - pressed < 2
+    assert box1["t"] - pressed < STOP_WITHIN + BUSY
     assert box1["r"].status == "error" and box1["r"].error["ename"] == "PeerFailedError"
     assert f"rank 0 ({HOST}, pid " in box1["r"].error["evalue"] and "interrupted its cell" in box1["r"].error["evalue"]
     _ok_everywhere(ks)

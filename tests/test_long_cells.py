@@ -18,7 +18,7 @@ import pytest
 
 from nbdist.drive import kernels
 
-from .conftest import form, lend, ok, run_in_background
+from .conftest import BUSY, STOP_WITHIN, form, lend, ok, run_in_background
 
 HOST = socket.gethostname()
 PLAIN_ALL_REDUCE = "t = torch.ones(1); dist.all_reduce(t); t.item()"
@@ -124,7 +124,7 @@ def test_a_plain_cell_collective_that_the_peer_never_joins_ends_at_the_stop_butt
     thread.join(timeout=30)
     elapsed = box["t"] - pressed
     record_fault("stop button in a plain-cell collective", elapsed)
-    assert elapsed < 2, f"took {elapsed:.1f} s"
+    assert elapsed < STOP_WITHIN + BUSY, f"took {elapsed:.1f} s"
     assert box["r"].status == "error" and box["r"].error["ename"] == "KeyboardInterrupt"
     works(world)
 
@@ -183,7 +183,7 @@ def test_nbdist_stop_in_a_terminal_ends_every_ranks_cell_within_2s(world, shared
     elapsed = max(box["t"] for _, box in runs) - sent
     record_fault("nbdist stop during a loop of all_reduces", elapsed)
     record_fault("nbdist stop, with the command's own start", max(box["t"] for _, box in runs) - started)
-    assert elapsed < 2, f"took {elapsed:.1f} s from the stop reaching the store"
+    assert elapsed < STOP_WITHIN + BUSY, f"took {elapsed:.1f} s from the stop reaching the store"
     for _, box in runs:
         r = box["r"]
         assert r.status == "error" and r.error["ename"] == "StoppedError", r.error
@@ -201,7 +201,7 @@ def test_a_stop_in_a_collective_cell_ends_it_on_every_rank_and_the_next_cell_wor
     for thread, _ in runs:
         thread.join(timeout=30)
     elapsed = max(box["t"] for _, box in runs) - sent
-    assert elapsed < 2, f"took {elapsed:.1f} s from the stop reaching the store"
+    assert elapsed < STOP_WITHIN + BUSY, f"took {elapsed:.1f} s from the stop reaching the store"
     for _, box in runs:
         assert box["r"].status == "error" and box["r"].error["ename"] == "StoppedError", box["r"].error
         assert "stopped by nbdist stop" in box["r"].text()  # in the table as well
@@ -223,7 +223,7 @@ def test_dist_stop_in_another_joined_notebook_ends_the_others_cells(start_kernel
         thread.join(timeout=30)
     elapsed = max(box["t"] for _, box in runs) - sent
     record_fault("%dist_stop from another notebook", elapsed)
-    assert elapsed < 2, f"took {elapsed:.1f} s"
+    assert elapsed < STOP_WITHIN + BUSY, f"took {elapsed:.1f} s"
     rank2 = f"rank 2 ({HOST}, pid {pid(ks[2])}) with %dist_stop"
     for _, box in runs:
         assert box["r"].status == "error" and box["r"].error["ename"] == "StoppedError", box["r"].error

@@ -13,14 +13,12 @@ import pytest
 
 from nbdist.drive import kernels
 
-from .conftest import form, free_port, lend, ok, run_in_background
+from .conftest import BUSY, STOP_WITHIN, form, free_port, lend, ok, run_in_background
 
 PLAIN_ALL_REDUCE = "t = torch.ones(1); dist.all_reduce(t); t.item()"
 ALL_REDUCE = "%%collective --timeout 60\nt = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())\n"
 FUNCTIONAL = ("import torch.distributed._functional_collectives as funcol\n"
               "funcol.all_reduce(torch.ones(1), 'sum', dist.group.WORLD).item()\n")
-STOP_WITHIN = 2.0  # seconds from the stop button to the cell's end: troubleshooting.md's promise
-BUSY = 3.0  # seconds more the tests allow: two pytest workers share 2 cores (one run measured 2.2 s)
 DDP = ("model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))\n"
        "print('built', sum(p.numel() for p in model.parameters()))\n")
 
