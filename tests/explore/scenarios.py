@@ -437,6 +437,19 @@ def meet_comparing(world: World, h: Hooks) -> list[object]:
     return ends
 
 
+def _first_failures(run: Run) -> Iterator[tuple[int, BaseException]]:
+    """Each rank whose first cell failed, and how (the programs of :func:`meet_comparing`); a program that raised,
+    or a cell that failed again when run again, is a violation."""
+    for rank, outcome in sorted(run.outcomes.items()):
+        if outcome.error is not None:
+            raise Violation(f"{run.describe(rank)} {outcome}")
+        first, *again = outcome.value
+        if again and isinstance(again[-1], BaseException):
+            raise Violation(f"{run.describe(rank)}'s cell, run again, failed: {again[-1]!r}")
+        if isinstance(first, BaseException):
+            yield rank, first
+
+
 def _the_sent_stop(error: object) -> bool:
     return type(error) is StoppedError and str(error) == SENT
 
@@ -448,13 +461,8 @@ def check_sent(run: Run) -> None:
     ends with the same stop (the body's error is every rank's once the cell opened), or fails promptly naming the
     stopped rank. No wait runs out; every rank's last cell opens; the next step works on every rank."""
     hit = run.hit()
-    for rank, outcome in sorted(run.outcomes.items()):
-        if outcome.error is not None:
-            raise Violation(f"{run.describe(rank)} {outcome}")
-        first, *again = outcome.value
-        if again and isinstance(again[-1], BaseException):
-            raise Violation(f"{run.describe(rank)}'s cell, run again, failed: {again[-1]!r}")
-        if not isinstance(first, BaseException) or _the_sent_stop(first):
+    for rank, first in _first_failures(run):
+        if _the_sent_stop(first):
             continue
         if rank in hit:
             raise Violation(f"{run.describe(rank)} was sent a stop, and its cell ended with {first!r}, not that stop")
@@ -509,14 +517,7 @@ def check_stalled(run: Run) -> None:
     meeting: a rank that gives up names a rank missing there, never "none", and the rank held up then fails naming
     the one that gave up. Every rank's cell, run again, opens; the next step works on every rank."""
     stalled = run.hit()
-    for rank, outcome in sorted(run.outcomes.items()):
-        if outcome.error is not None:
-            raise Violation(f"{run.describe(rank)} {outcome}")
-        first, *again = outcome.value
-        if again and isinstance(again[-1], BaseException):
-            raise Violation(f"{run.describe(rank)}'s cell, run again, failed: {again[-1]!r}")
-        if not isinstance(first, BaseException):
-            continue
+    for rank, first in _first_failures(run):
         if isinstance(first, WaitTimeout):
             late = [r for r in stalled if r != rank and f"Missing: {run.describe(r)}" in str(first)]
             if not late:
