@@ -24,7 +24,7 @@ from .records import Arrival, MalformedRecord, Note
 from .verdict import Verdict
 from .world import World, step_name
 
-WORKING_RECHECK = 1.0  # seconds between looks at whether the ranks a barrier waits for are still at work
+WORKING_RECHECK = 1.0  # seconds between looks, past the deadline, at whether the ranks a barrier waits for are missing
 UNBOUNDED = 10.0**7  # seconds: a wait whose deadline its tick keeps
 
 
@@ -174,8 +174,9 @@ def _decide(world: World, base: str, g: Gathering) -> Verdict | None:
     try:
         decided = g.verdict() if g.verdict is not None else verdicts.GO
     except Exception as exc:
-        _close(world, base, f"could not decide ({type(exc).__name__}: {exc})", g.step)
-        _note_gave_up(world, g.label, str(exc))
+        state = _close(world, base, f"could not decide ({type(exc).__name__}: {exc})", g.step)
+        if meeting.notes_gave_up(meeting.leaving(Cause.ERROR, state)):
+            _note_gave_up(world, g.label, str(exc))
         raise
     if g.step is not None:
         world.turns.take(g.step)
@@ -201,7 +202,7 @@ def _wait_open(world: World, base: str, g: Gathering) -> Verdict | None:
         if step is Next.READ_MISSING:
             step = meeting.waiting(Seen(None, _missing(world, g)), now, deadline, waits_for_work)
         if step is Next.RECHECK:
-            deadline = now + WORKING_RECHECK  # every missing rank is still at work: look again soon
+            deadline = now + WORKING_RECHECK  # none missing, or every missing rank at work: look again soon
         elif step is Next.GIVE_UP:
             raise WaitTimeout(f"waited {g.timeout:g} s")
 
@@ -272,9 +273,9 @@ def _missing(world: World, g: Gathering) -> Missing:
     missing = not_arrived(world, g.name, g.members)
     if not missing:
         return Missing.NONE
-    working = g.working
-    return Missing.AT_WORK if working is not None and all(working(i, last) for i, last in missing.items()) else (
-        Missing.AWAY)
+    if g.working is not None and all(g.working(i, last) for i, last in missing.items()):
+        return Missing.AT_WORK
+    return Missing.AWAY
 
 
 def who_is_missing(world: World, name: str, timeout: float, label: str, members: list[int] | None = None) -> str:
