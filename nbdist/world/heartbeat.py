@@ -28,6 +28,7 @@ class Heartbeat:
     def __init__(self, client: StoreClient, session: str, rank: int) -> None:
         self._client, self._key, self._rank = client, keys.heartbeat(session), rank
         self._stop = threading.Event()
+        self._leaving, self._left = threading.Lock(), False
         self._chores: list[Callable[[StoreClient], None]] = []
         self.pulse: Pulse | None = None
         try:
@@ -39,6 +40,13 @@ class Heartbeat:
         self._thread.start()
 
     def _run(self) -> None:
+        try:
+            self._beat()
+        finally:
+            if self._stop.is_set():  # asked to stop: the last beat is this thread's, after every beat it wrote
+                self._leave()
+
+    def _beat(self) -> None:
         n, pulsing = 0, False
         while not self._stop.is_set():
             pulse = self.pulse
@@ -78,11 +86,27 @@ class Heartbeat:
     def stop(self) -> None:
         """Stop beating (the pulse too, without it saying "gone") and leave a last beat that no longer moves, never
         removed: a peer reads the beats it has seen in one ``multi_get`` (:class:`nbdist.world.liveness.PeerTracker`),
-        which would wait for a removed one. Idempotent."""
+        which would wait for a removed one. Idempotent.
+
+        The thread leaves that last beat as it ends, after every beat it wrote. If it is still in a store operation
+        (or not given the processor) after two intervals, this returns and the thread leaves it when it returns: a
+        last beat written from here could land before the thread's own, which would then look alive."""
         if self._stop.is_set():
             return
         self._stop.set()
         self._thread.join(timeout=2 * HEARTBEAT_INTERVAL)
+        if self._thread.is_alive():
+            log.warning("nbdist: the heartbeat thread is still busy after %g s; it leaves its last beat when it "
+                        "returns", 2 * HEARTBEAT_INTERVAL)
+            return
+        self._leave()  # the thread ended on its own (the server stopped answering): nothing of it comes later
+
+    def _leave(self) -> None:
+        """Stop the pulse, write the stopped beat and close the connection, once."""
+        with self._leaving:
+            if self._left:
+                return
+            self._left = True
         if self.pulse is not None:
             self.pulse.stop()
         try:

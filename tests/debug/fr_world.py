@@ -2,12 +2,12 @@
 
 Run as ``python -m tests.debug.fr_world RANK PORT OUT MODE``, one process per rank. The default group is
 built, used, destroyed and built again under the same name (as nbdist rebuilds it), a ``new_group`` is
-used, then the ranks part: ``missing``: rank 1 skips an ``all_reduce`` that rank 0 enters; ``differs``:
-rank 1 calls ``broadcast`` where rank 0 calls ``all_reduce``; ``npu``: as ``missing``, read through
-a stand-in for torch_npu's HCCL recorder (``_dump_hccl_trace_json``, which returns the same JSON);
-``ddp``: rank 1 skips ``loss.backward()`` of a
-DDP model, whose gradients rank 0 all-reduces alone. Each rank writes
-:func:`nbdist.debug.recorder.capture` to ``OUT/rankR.json`` and exits without waiting for its last op.
+used, every entry so far retired (``settle``), then the ranks part: ``missing``: rank 1 skips an
+``all_reduce`` that rank 0 enters; ``differs``: rank 1 calls ``broadcast`` where rank 0 calls ``all_reduce``;
+``npu``: as ``missing``, read through a stand-in for torch_npu's HCCL recorder (``_dump_hccl_trace_json``,
+which returns the same JSON); ``ddp``: rank 1 skips ``loss.backward()`` of a DDP model, whose gradients
+rank 0 all-reduces alone. Each rank writes :func:`nbdist.debug.recorder.capture` to ``OUT/rankR.json`` and
+exits without waiting for its last op.
 """
 
 from __future__ import annotations
@@ -25,6 +25,16 @@ import torch.distributed as dist
 from nbdist.debug import recorder
 
 
+def settle() -> None:
+    """Until every entry so far is retired: torch retires a gloo entry a moment after it completes, and what the
+    ranks completed before they part is what the tests read as completed."""
+    deadline = time.monotonic() + 60
+    while not all(e["retired"] for e in recorder.capture()["entries"]):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"entries not retired after 60 s: {recorder.capture()['entries']}")
+        time.sleep(0.01)
+
+
 def main(rank: int, port: int, out: str, mode: str) -> None:
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=timedelta(seconds=60))
     t = torch.ones(3)
@@ -38,6 +48,7 @@ def main(rank: int, port: int, out: str, mode: str) -> None:
         dist.all_reduce(t)
     dist.broadcast(t, 0, group=side)
     dist.broadcast(t, 1, group=side)
+    settle()
     if mode == "ddp":  # rank 1 skips loss.backward(): rank 0's DDP all-reduces its gradients alone
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
         loss = model(torch.ones(3, 4)).sum()

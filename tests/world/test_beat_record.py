@@ -5,6 +5,7 @@ beat, to a peer and to the heartbeat's own thread, which then keeps beating itse
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -13,6 +14,7 @@ from nbdist.world import heartbeat, keys
 from nbdist.world.liveness import PeerTracker
 from nbdist.world.pulse import STOPPED, Beat, beat_from
 from nbdist.world.records import MalformedRecord, Registration
+from nbdist.world.store import StoreClient
 
 # What each writer has always written (the pulse's beat_for, Heartbeat's thread and Heartbeat.stop).
 WIRE = [
@@ -63,6 +65,19 @@ def test_a_beat_without_its_count_or_time_is_not_one(missing):
         Beat.from_dict({k: v for k, v in GOOD.items() if k != missing})
 
 
+def last_beat(client: StoreClient, key: str) -> Beat:
+    """The beat once it reads as stopped, or after 10 s: a thread that ``stop`` no longer waits for (held up past two
+    intervals on a loaded machine) leaves it when it returns."""
+    deadline = time.monotonic() + 10
+    while True:
+        text = client.get_if(key)
+        beat = Beat.from_json(text) if text is not None else None
+        if (beat is not None and beat.n == STOPPED) or time.monotonic() > deadline:
+            assert beat is not None, "no beat was ever written"
+            return beat
+        time.sleep(0.05)
+
+
 class QuietPulse:
     """A pulse process that runs but has not beaten yet (as in its first 0.1 s): the thread beats until it does."""
 
@@ -106,4 +121,49 @@ def test_a_beat_that_is_not_one_naming_the_pulse_does_not_stop_the_thread_beatin
         assert beat.n < 0 and beat.rank == 1  # the thread's, not the pulse's
     finally:
         hb.stop()
+    assert last_beat(client, key).n == STOPPED
+
+
+class HeldBeat(StoreClient):
+    """A real connection on which the heartbeat's thread, once ``armed``, is held up just before it writes a beat
+    (a kernel given no processor for seconds on a loaded machine), until ``release`` is set. A write from any other
+    thread lets the held beat through as soon as it is written, and waits until that beat is in the store."""
+
+    def __init__(self, client: StoreClient) -> None:
+        super().__init__(client.host, client.port, client.raw())
+        self.marker = client.marker
+        self.armed, self.held, self.release, self.through = (threading.Event() for _ in range(4))
+
+    def set(self, key: str, value: str) -> None:
+        if threading.current_thread().name != "nbdist-heartbeat":
+            super().set(key, value)
+            if self.held.is_set():
+                self.release.set()
+                self.through.wait(10)
+            return
+        if self.armed.is_set() and not self.held.is_set():
+            self.held.set()
+            self.release.wait(30)
+            super().set(key, value)
+            self.through.set()
+            return
+        super().set(key, value)
+
+
+@pytest.mark.timeout(60)
+def test_a_beat_held_up_past_the_stop_never_lands_after_the_stopped_one(client, monkeypatch):
+    """The suite met it once: the thread was given no processor for the two intervals that ``stop`` waits for it,
+    ``stop`` wrote the stopped beat, and the thread's beat landed after it, so the rank looked alive again. The
+    last beat is the thread's own now, after every beat it wrote."""
+    monkeypatch.setattr(heartbeat.Pulse, "start", classmethod(lambda cls, *args, **kwargs: QuietPulse()))
+    key = keys.heartbeat("s1")
+    held = HeldBeat(client.clone())
+    hb = heartbeat.Heartbeat(held, "s1", 1)
+    held.armed.set()
+    assert held.held.wait(10), "the thread never came to write a beat"
+    hb.stop()  # returns after two intervals, the thread still held
+    held.release.set()
+    last = last_beat(client, key)
+    assert last.n == STOPPED, f"the key holds {last} after the stop"
+    time.sleep(1.5)  # three intervals of the thread, had it gone on beating
     assert Beat.from_json(client.get_if(key)).n == STOPPED
