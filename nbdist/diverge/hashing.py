@@ -12,6 +12,7 @@ tensor's data is read here, to be digested.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,8 +92,9 @@ def quick(leaves: Sequence[tuple[str, Any]]) -> int:
     with torch.no_grad():
         for name, leaf in leaves:
             if isinstance(leaf, torch.Tensor):
-                layout.append((name, leaf.dtype, leaf.shape))
-                sums.append(_word_sum(_words(leaf)))
+                dtype, shape = leaf.dtype, leaf.shape
+                layout.append((name, dtype, shape))
+                sums.append(_leaf_sum(leaf, dtype, shape))
             else:
                 layout.append((name, type(leaf).__name__, repr(leaf)))
     h = hashlib.sha256(_layout_digest(tuple(layout)))
@@ -101,6 +103,34 @@ def quick(leaves: Sequence[tuple[str, Any]]) -> int:
             sums = [s.cpu() for s in sums]
         h.update(torch.stack(sums).cpu().numpy().tobytes())
     return int(h.hexdigest()[:16], 16) - (1 << 63)
+
+
+# By a tensor's id: the tensor (weakly), where its data lay, its dtype and shape, and its words and their weights,
+# made once for a tensor that a loop checks again (its words a view of its data, which steps change in place)
+_SUMMED: dict[int, tuple[weakref.ref[Any], int, Any, Any, Any, Any]] = {}
+
+
+def _leaf_sum(leaf: Any, dtype: Any, shape: Any) -> Any:
+    """:func:`_word_sum` of ``leaf``'s words, its words and weights kept from the last check of the same tensor where
+    its data is where it was (not replaced, as ``p.data = ...`` does) and its words are a view of it."""
+    import torch
+
+    kept = _SUMMED.get(id(leaf))
+    if kept is not None and kept[0]() is leaf and kept[1] == leaf.data_ptr() and kept[2] == dtype \
+            and kept[3] == shape:
+        words, weights = kept[4], kept[5]
+    else:
+        words = _words(leaf)
+        weights = _weights(words.numel(), words.device)
+        try:
+            where = leaf.data_ptr() if leaf.numel() and words.data_ptr() == leaf.data_ptr() else None
+        except (RuntimeError, NotImplementedError):  # a tensor without plain storage (sparse, a subclass)
+            where = None
+        if where is not None:  # its words are a view of its data: later steps show in them
+            if len(_SUMMED) >= 4096:  # many tensors checked once: keep the latest
+                _SUMMED.clear()
+            _SUMMED[id(leaf)] = (weakref.ref(leaf), where, dtype, shape, words, weights)
+    return _dot(weights, words)
 
 
 _LAYOUTS: dict[tuple[tuple[str, Any, Any], ...], bytes] = {}  # a layout's digest, by the layout (a loop's is one)
@@ -138,10 +168,13 @@ def _word_sum(words: Any) -> Any:
     changes it (the weights are odd); two words swapped change it unless their difference times the difference of
     their weights is a multiple of 2**32. Compared within one check, which the next check repeats: a difference
     missed once (about one chance in 4 billion for random values) is caught at the next."""
+    return _dot(_weights(words.numel(), words.device), words)
+
+
+def _weights(n: int, device: Any) -> Any:
+    """The first ``n`` fixed odd 32-bit weights on ``device``: the same numbers on every rank and machine."""
     import torch
 
-    n = words.numel()
-    device = words.device
     weights = _FIRST.get((device, n))
     if weights is None:
         every = _WEIGHTS.get(device)
@@ -150,7 +183,14 @@ def _word_sum(words: Any) -> Any:
             drawn = torch.randint(-(1 << 31), 1 << 31, (max(n, 1 << 16),), generator=made, dtype=torch.int64)
             every = _WEIGHTS[device] = (drawn.to(torch.int32) | 1).to(device)
             _FIRST.clear()  # views of the weights left behind
+            _SUMMED.clear()
         weights = _FIRST[(device, n)] = every[:n]
+    return weights
+
+
+def _dot(weights: Any, words: Any) -> Any:
+    import torch
+
     try:
         return torch.dot(weights, words)
     except (RuntimeError, NotImplementedError):  # a device without an integer dot: the same sum (it wraps alike)

@@ -81,3 +81,23 @@ def test_a_run_longer_than_any_before_grows_the_weights_with_the_same_numbers() 
     first = hashing.quick([("w", short)])
     hashing.quick([("w", torch.zeros(200_000, dtype=torch.int32))])  # weights grown past their first length
     assert hashing.quick([("w", short)]) == first
+
+
+def test_a_parameter_given_new_data_is_digested_from_its_new_data() -> None:
+    # a loop's second check reuses the first's view of each tensor's words, while the tensor's data stays put
+    model, opt = trained()
+    weight = model[0].weight
+    before = hashing.quick(leaves_of(model, opt))
+    weight.data = weight.data.clone()  # the same tensor, new storage, equal values
+    assert hashing.quick(leaves_of(model, opt)) == before
+    with torch.no_grad():
+        weight.add_(1.0)  # in the new storage: the view kept from the first check would not see it
+    assert hashing.quick(leaves_of(model, opt)) != before
+
+
+def test_a_strided_leaf_checked_again_sees_its_change() -> None:
+    t = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    leaf = t.t()
+    before = hashing.quick([("w", leaf)])
+    t[0, 0] = 100.0
+    assert hashing.quick([("w", leaf)]) != before
