@@ -113,8 +113,6 @@ _SUMMED: dict[int, tuple[weakref.ref[Any], int, Any, Any, Any, Any]] = {}
 def _leaf_sum(leaf: Any, dtype: Any, shape: Any) -> Any:
     """:func:`_word_sum` of ``leaf``'s words, its words and weights kept from the last check of the same tensor where
     its data is where it was (not replaced, as ``p.data = ...`` does) and its words are a view of it."""
-    import torch
-
     kept = _SUMMED.get(id(leaf))
     if kept is not None and kept[0]() is leaf and kept[1] == leaf.data_ptr() and kept[2] == dtype \
             and kept[3] == shape:
@@ -245,9 +243,9 @@ def _walk(value: Any, name: str, names: dict[int, str]) -> Iterator[tuple[str, A
     kind = kind_of(value)
     if kind in (TENSOR, VALUE) or isinstance(value, torch.dtype):
         yield name, value
-    elif kind == MODULE:
+    elif kind == MODULE:  # its parameters and buffers are tensors: leaves, named without a walk of each
         for part, t in [*value.named_parameters(), *value.named_buffers()]:
-            yield from _walk(t, _attr(name, part), names)
+            yield _attr(name, part), t
     elif kind == OPTIMIZER:
         yield from _optimizer(value, name, names)
     elif kind == DICT:
@@ -265,12 +263,18 @@ def _attr(name: str, part: str) -> str:
 
 
 def _optimizer(opt: Any, name: str, names: dict[int, str]) -> Iterator[tuple[str, Any]]:
+    import torch
+
     state_at = _attr(name, "state")
     for p, state in opt.state.items():
         held = names.get(id(p))
         at = f"{state_at}[{held if held is not None else _position(opt, p)!r}]"
         for key in sorted(state, key=str):
-            yield from _walk(state[key], _attr(at, key), names)
+            item = state[key]
+            if isinstance(item, torch.Tensor):  # most of a state: a leaf, without a walk of its own
+                yield _attr(at, key), item
+            else:
+                yield from _walk(item, _attr(at, key), names)
     groups_at = _attr(name, "param_groups")
     for i, group in enumerate(opt.param_groups):
         for key in sorted(group, key=str):
