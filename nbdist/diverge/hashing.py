@@ -110,12 +110,16 @@ def quick(leaves: Sequence[tuple[str, Any]]) -> int:
 _SUMMED: dict[int, tuple[weakref.ref[Any], int, Any, Any, Any, Any]] = {}
 
 
+def _alive(ref: weakref.ref[Any], leaf: Any) -> bool:
+    """Whether ``ref`` is ``leaf`` still (not another tensor that came to have a dead one's id)."""
+    return ref() is leaf
+
+
 def _leaf_sum(leaf: Any, dtype: Any, shape: Any) -> Any:
     """:func:`_word_sum` of ``leaf``'s words, its words and weights kept from the last check of the same tensor where
     its data is where it was (not replaced, as ``p.data = ...`` does) and its words are a view of it."""
     kept = _SUMMED.get(id(leaf))
-    if kept is not None and kept[0]() is leaf and kept[1] == leaf.data_ptr() and kept[2] == dtype \
-            and kept[3] == shape:
+    if kept is not None and _alive(kept[0], leaf) and kept[1:4] == (leaf.data_ptr(), dtype, shape):
         words, weights = kept[4], kept[5]
     else:
         words = _words(leaf)
