@@ -89,8 +89,8 @@ class Heartbeat:
         which would wait for a removed one. Idempotent.
 
         The thread leaves that last beat as it ends, after every beat it wrote. If it is still in a store operation
-        (or not given the processor) after two intervals, this returns and the thread leaves it when it returns: a
-        last beat written from here could land before the thread's own, which would then look alive."""
+        (or not given the processor) after two intervals, this returns and the thread stops the pulse and leaves it
+        when it returns: a last beat written from here could land before the thread's own, which would look alive."""
         if self._stop.is_set():
             return
         self._stop.set()
