@@ -28,7 +28,8 @@ class Heartbeat:
     def __init__(self, client: StoreClient, session: str, rank: int) -> None:
         self._client, self._key, self._rank = client, keys.heartbeat(session), rank
         self._stop = threading.Event()
-        self._leaving, self._left = threading.Lock(), False
+        self._leaving = threading.Lock()
+        self._last_is_mine = False  # the thread leaves the last beat: stop() no longer waited for it
         self._chores: list[Callable[[StoreClient], None]] = []
         self.pulse: Pulse | None = None
         try:
@@ -43,8 +44,9 @@ class Heartbeat:
         try:
             self._beat()
         finally:
-            if self._stop.is_set():  # asked to stop: the last beat is this thread's, after every beat it wrote
-                self._leave()
+            with self._leaving:  # asked to stop while this thread still ran: the last beat is its, after its own
+                if self._last_is_mine:
+                    self._leave()
 
     def _beat(self) -> None:
         n, pulsing = 0, False
@@ -88,27 +90,25 @@ class Heartbeat:
         removed: a peer reads the beats it has seen in one ``multi_get`` (:class:`nbdist.world.liveness.PeerTracker`),
         which would wait for a removed one. Idempotent.
 
-        The thread leaves that last beat as it ends, after every beat it wrote. If it is still in a store operation
-        (or not given the processor) after two intervals, this returns and the thread stops the pulse and leaves it
-        when it returns: a last beat written from here could land before the thread's own, which would look alive."""
+        If the thread is still in a store operation (or not given the processor) after two intervals, this returns
+        and the thread leaves the last beat when it returns: one written from here could land before the thread's
+        own, which would look alive."""
         if self._stop.is_set():
             return
         self._stop.set()
         self._thread.join(timeout=2 * HEARTBEAT_INTERVAL)
-        if self._thread.is_alive():
-            log.warning("nbdist: the heartbeat thread is still busy after %g s; it leaves its last beat when it "
-                        "returns", 2 * HEARTBEAT_INTERVAL)
-            return
-        self._leave()  # the thread ended on its own (the server stopped answering): nothing of it comes later
-
-    def _leave(self) -> None:
-        """Stop the pulse, write the stopped beat and close the connection, once."""
-        with self._leaving:
-            if self._left:
-                return
-            self._left = True
         if self.pulse is not None:
             self.pulse.stop()
+        with self._leaving:
+            if self._thread.is_alive():
+                log.warning("nbdist: the heartbeat thread is still busy after %g s; it leaves its last beat when "
+                            "it returns", 2 * HEARTBEAT_INTERVAL)
+                self._last_is_mine = True
+                return
+            self._leave()
+
+    def _leave(self) -> None:
+        """Write the stopped beat and close the connection (under ``_leaving``, the pulse stopped)."""
         try:
             self._client.set(self._key, Beat(STOPPED, time.time(), rank=self._rank).to_json())
         except StoreConnectionError:
