@@ -116,7 +116,7 @@ def _alive(ref: weakref.ref[Any], leaf: Any) -> bool:
 
 
 def _leaf_sum(leaf: Any, dtype: Any, shape: Any) -> Any:
-    """:func:`_word_sum` of ``leaf``'s words, its words and weights kept from the last check of the same tensor where
+    """:func:`_word_sum` of ``leaf``'s words, the words and weights kept from the last check of the same tensor where
     its data is where it was (not replaced, as ``p.data = ...`` does) and its words are a view of it."""
     kept = _SUMMED.get(id(leaf))
     if kept is not None and _alive(kept[0], leaf) and kept[1:4] == (leaf.data_ptr(), dtype, shape):
@@ -132,7 +132,7 @@ def _leaf_sum(leaf: Any, dtype: Any, shape: Any) -> Any:
             if len(_SUMMED) >= 4096:  # many tensors checked once: keep the latest
                 _SUMMED.clear()
             _SUMMED[id(leaf)] = (weakref.ref(leaf), where, dtype, shape, words, weights)
-    return _dot(weights, words)
+    return _word_sum(weights, words)
 
 
 _LAYOUTS: dict[tuple[tuple[str, Any, Any], ...], bytes] = {}  # a layout's digest, by the layout (a loop's is one)
@@ -165,14 +165,6 @@ _WEIGHTS: dict[Any, Any] = {}  # by device: fixed odd 32-bit weights, as many as
 _FIRST: dict[tuple[Any, int], Any] = {}  # by (device, n): the first n of them (a view, made once)
 
 
-def _word_sum(words: Any) -> Any:
-    """Each word times its weight, summed with wrap-around: one int32 number on ``words``' device. A word changed
-    changes it (the weights are odd); two words swapped change it unless their difference times the difference of
-    their weights is a multiple of 2**32. Compared within one check, which the next check repeats: a difference
-    missed once (about one chance in 4 billion for random values) is caught at the next."""
-    return _dot(_weights(words.numel(), words.device), words)
-
-
 def _weights(n: int, device: Any) -> Any:
     """The first ``n`` fixed odd 32-bit weights on ``device``: the same numbers on every rank and machine."""
     import torch
@@ -190,7 +182,11 @@ def _weights(n: int, device: Any) -> Any:
     return weights
 
 
-def _dot(weights: Any, words: Any) -> Any:
+def _word_sum(weights: Any, words: Any) -> Any:
+    """Each word times its weight (:func:`_weights`), summed with wrap-around: one int32 number on ``words``'
+    device. A word changed changes it (the weights are odd); two words swapped change it unless their difference
+    times the difference of their weights is a multiple of 2**32. Compared within one check, which the next check
+    repeats: a difference missed once (about one chance in 4 billion for random values) is caught at the next."""
     import torch
 
     try:
