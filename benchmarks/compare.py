@@ -92,6 +92,9 @@ def answer_at(n: int) -> str:
     return "\n".join(decide("model", every, probes).lines)
 
 
+EVERY = 10  # check_replicas(model, opt, every=EVERY): the figure
+
+
 def _ddp_worker(rank: int, size: int, port: int, steps: int, rounds: int, out: object) -> None:
     import torch
     import torch.distributed as dist
@@ -118,7 +121,7 @@ def _ddp_worker(rank: int, size: int, port: int, steps: int, rounds: int, out: o
         opt.step()
 
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # as the check gathers
-    every = 10
+    every = EVERY
     for _ in range(rounds):
         dist.barrier()
         blocks = []  # per pair of blocks of `every` steps: plain, checked, inside the check, the calls that did not
@@ -134,8 +137,10 @@ def _ddp_worker(rank: int, size: int, port: int, steps: int, rounds: int, out: o
                         spent["in_check" if i == 0 else "idle"] += time.perf_counter() - called
                 spent[kind] = time.perf_counter() - started
             blocks.append([spent["plain"], spent["checked"], spent["in_check"], spent["idle"] / (every - 1)])
-        pairs = []  # per pair of blocks of 2 steps: plain, and one whose first step is followed by a check (or a
-        for block in range(steps // 2):  # bare collective of the same size, every other pair)
+        # Per pair of blocks of 2 steps: plain, and one whose first step is followed by a check (or, every other
+        # pair, by a bare collective of the same size)
+        pairs = []
+        for block in range(steps // 2):
             took = {}
             extra = "checked" if block % 4 < 2 else "gathered"
             for kind in (("plain", extra) if block % 2 else (extra, "plain")):
@@ -227,12 +232,12 @@ def main() -> None:
     # nine calls that do not check: the target's figure, the blocks above being too noisy to hold to 5%
     plain_pair = statistics.median(times["pair_plain"])
     idle = statistics.median(times["idle"])
-    per_check = [100 * (d + 9 * idle) / (10 * plain_pair) for d in times["pair"]]
+    per_check = [100 * (d + (EVERY - 1) * idle) / (EVERY * plain_pair) for d in times["pair"]]
     amortised = statistics.median(per_check)
     rows.append(figure("`check_replicas(every=10)`: one check's cost (paired 2-step blocks) and nine calls that do "
                        "not check, over 10 plain steps", per_check, "%", decimals=1, signed=True, median=amortised,
                        target="≤ 5%", met=amortised <= 5))
-    bare = [100 * d / (10 * plain_pair) for d in times["bare"]]
+    bare = [100 * d / (EVERY * plain_pair) for d in times["bare"]]
     rows.append(figure("for scale: a bare `all_gather` of 3 numbers a rank (the check's collective alone), paired "
                        "2-step blocks, over 10 plain steps", bare, "%", decimals=1, signed=True))
     print(f"DDP step: plain {plain * 1000:.3f} ms, checked every 10: {checked * 1000:.3f} ms "
