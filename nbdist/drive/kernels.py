@@ -81,10 +81,17 @@ class Result:
 
 
 def execute(client: Any, code: str, timeout: float = 120, user_expressions: dict[str, str] | None = None,
-            stdin: Callable[[str], str] | None = None) -> Result:
+            stdin: Callable[[str], str | None] | None = None) -> Result:
     """Run ``code`` through a blocking kernel client and collect what it showed; ``stdin(prompt)`` answers each
-    ``input()`` it asks for (None: the kernel may not ask)."""
+    ``input()`` it asks for (None: the kernel may not ask). An answer of None sends no reply: the input waits on
+    (for the stop button, say, which ends it)."""
     outputs: list[dict[str, Any]] = []
+
+    def answer(msg: dict[str, Any]) -> None:
+        assert stdin is not None
+        typed = stdin(msg["content"]["prompt"])
+        if typed is not None:
+            client.input(typed)
 
     def hook(msg: dict[str, Any]) -> None:
         if msg["msg_type"] in ("stream", "display_data", "execute_result", "error", "update_display_data"):
@@ -92,7 +99,7 @@ def execute(client: Any, code: str, timeout: float = 120, user_expressions: dict
 
     reply = client.execute_interactive(
         code, timeout=timeout, output_hook=hook, user_expressions=user_expressions or {}, allow_stdin=stdin is not None,
-        stdin_hook=None if stdin is None else lambda msg: client.input(stdin(msg["content"]["prompt"])),
+        stdin_hook=None if stdin is None else answer,
     )
     content = reply["content"]
     error = None
@@ -117,10 +124,10 @@ class Kernel:
 
     def execute(
         self, code: str, timeout: float = 120, user_expressions: dict[str, str] | None = None,
-        stdin: Callable[[str], str] | None = None,
+        stdin: Callable[[str], str | None] | None = None,
     ) -> Result:
         """Run ``code``; raise TimeoutError if the kernel is not idle within ``timeout`` s. ``stdin(prompt)``
-        answers each ``input()`` the code asks for."""
+        answers each ``input()`` the code asks for (None: no reply)."""
         return execute(self.client, code, timeout, user_expressions, stdin)
 
     def interrupt(self) -> None:
@@ -165,7 +172,7 @@ def execute_all(
     codes: str | Sequence[str],
     timeout: float = 120,
     user_expressions: dict[str, str] | None = None,
-    stdin: Sequence[Callable[[str], str] | None] | None = None,
+    stdin: Sequence[Callable[[str], str | None] | None] | None = None,
 ) -> list[Result]:
     """Run a cell (or one cell per kernel) in every kernel at once; results in kernel order. ``stdin``: for each
     kernel, what answers its ``input()`` (see :meth:`Kernel.execute`)."""
