@@ -74,7 +74,7 @@ class DistMagics(Magics):
         there. The cell body, if any, runs first: RANK, WORLD_SIZE,
         MASTER_ADDR, MASTER_PORT, DEVICE_ID and BACKEND defined in it are used
         where a flag is absent; environment variables of those names come
-        last. Afterwards ``dist`` and ``torch`` are in the namespace, with
+        last. Afterwards ``dist``, ``torch`` and ``nbdist`` are in the namespace, with
         ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (ints) and ``DEVICE`` (this
         rank's ``torch.device``, also ``nbdist.get_device()``).
         Re-running it leaves the world and joins again.

@@ -148,6 +148,8 @@ def test_after_dist_init_the_environment_and_namespace_hold_the_world(world):
                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(world.port)}
         assert value(k, "[(type(v).__name__, v) for v in (RANK, WORLD_SIZE, LOCAL_RANK)]") == [
             ("int", rank), ("int", 2), ("int", rank)]
+        # and nbdist itself, for nbdist.check_replicas(...) in a cell (this notebook never imported it)
+        assert value(k, "(nbdist.__name__, callable(nbdist.check_replicas))") == ("nbdist", True)
 
 
 def test_the_default_join_timeout_is_600_seconds(world):
