@@ -121,14 +121,21 @@ class DistMagics(Magics):
     def _spawn(self, args: Any) -> None:
         try:
             plan = spawn.plan(args, self.session.environ_for_config())
-            cfg = config.resolve(plan.flags, {}, {})
         except ConfigError as exc:
             raise UsageError(str(exc)) from None
-        cfg = replace(cfg, sources={**cfg.sources, **plan.sources})
-        starting = (f"submitting a Slurm job of {cfg.world_size - 1} follower task(s)" if plan.slurm is not None
-                    else f"starting {cfg.world_size - 1} worker kernel(s)")
-        self._join(cfg, f"{starting} for a world of {cfg.world_size} on {cfg.master_addr}:{cfg.master_port}"
-                        f"{plan.note}", lambda on_status: self.session.spawn(cfg, plan.followers(), on_status))
+        try:  # the plan holds the port it chose until the server takes it, or until here
+            try:
+                cfg = config.resolve(plan.flags, {}, {})
+            except ConfigError as exc:
+                raise UsageError(str(exc)) from None
+            cfg = replace(cfg, sources={**cfg.sources, **plan.sources})
+            starting = (f"submitting a Slurm job of {cfg.world_size - 1} follower task(s)" if plan.slurm is not None
+                        else f"starting {cfg.world_size - 1} worker kernel(s)")
+            self._join(cfg, f"{starting} for a world of {cfg.world_size} on {cfg.master_addr}:{cfg.master_port}"
+                            f"{plan.note}",
+                       lambda on_status: self.session.spawn(cfg, plan.followers(), on_status, plan.take_port()))
+        finally:
+            plan.release()
 
     def _join(self, cfg: Any, saying: str, join: Callable[[Callable[[Any], None]], list[dict[str, Any]]]) -> None:
         """Join (``join(on_status)``), a line saying so (``saying``) updated while it waits; then the world's table."""

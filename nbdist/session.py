@@ -325,12 +325,15 @@ class Session:
         """%dist_release: stop driving; the followers run their own cells again. True if this notebook drove."""
         return self.driving.release(self.world, self.secret)
 
-    def spawn(self, cfg: WorldConfig, workers: Workers | SlurmJob, on_status: Callable[[Any], None] | None = None
-              ) -> list[dict[str, Any]]:
+    def spawn(self, cfg: WorldConfig, workers: Workers | SlurmJob, on_status: Callable[[Any], None] | None = None,
+              port: socket.socket | None = None) -> list[dict[str, Any]]:
         """%dist_init --spawn: start the followers (ranks 1..N-1: local worker kernels or a Slurm job), join as
-        rank 0, and drive them."""
+        rank 0, and drive them. ``port``: the socket holding the port the plan chose, for the rendezvous server,
+        which starts on it before the followers do (:meth:`nbdist.drive.spawn.Plan.take_port`)."""
         self.leave()
         assert cfg.token
+        if port is not None:
+            self.link.host(Server(cfg.master_addr, cfg.master_port, token=cfg.token, listener=port))
         workers.start()
         self.workers = workers
 

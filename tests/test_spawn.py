@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import signal
 import time
 
 from nbdist.drive import kernels
 
-from .conftest import free_port, pid_gone, run_in_background, wait_gone
+from .conftest import REAPER, free_port, ok, pid_gone, run_in_background, wait_gone
 
 PIDS = "sorted(get_ipython().magics_manager.registry['DistMagics'].session.workers.pids())"
 RANK_PID = "get_ipython().magics_manager.registry['DistMagics'].session.world.ranks[{}].pid"
@@ -128,3 +129,21 @@ def test_spawn_refuses_flags_it_decides_itself(driver):
     assert r.status == "error" and "leave out --rank" in r.error["evalue"], r.error
     r = driver.execute("%dist_init --spawn 1", timeout=30)
     assert r.status == "error" and "N >= 2" in r.error["evalue"], r.error
+
+
+def test_two_notebooks_that_spawn_at_the_same_moment_each_form_a_world_of_their_own():
+    """Two notebooks on one machine (a class on a shared server) run ``%dist_init --spawn 2`` at once, without
+    --master-port. Each chose 29500 and started its workers before its server; one met the other's server there
+    and failed ("wrong token for the world at 127.0.0.1:29500", 3 times in 3). The port is held from the moment it
+    is chosen until the server serves on it (spawn.reserve_port): each world gets a port of its own."""
+    ks = kernels.start(2)
+    try:
+        ok(kernels.execute_all(ks, "%load_ext nbdist", timeout=60))
+        ok(kernels.execute_all(ks, "%dist_init --spawn 2", timeout=300))
+        results = ok(kernels.execute_all(ks, "%%collective\nt = torch.ones(1)\ndist.all_reduce(t)\n"
+                                             "(t.item(), __import__('os').environ['MASTER_PORT'])", timeout=120))
+        said = [re.search(r"Out: \(2\.0, '(\d+)'\)", r.text()) for r in results]
+        assert all(said), [r.text() for r in results]
+        assert said[0].group(1) != said[1].group(1), [r.text() for r in results]  # type: ignore[union-attr]
+    finally:
+        REAPER.later(ks)

@@ -19,6 +19,7 @@ from ..backend import envplan
 from ..config import DEFAULT_PORT, RUN_VARIABLE
 from ..errors import ConfigError
 from ..world import netinfo
+from ..world.store import listening
 from . import restarts, slurm
 from .slurm import SlurmJob
 from .workers import Workers
@@ -35,6 +36,19 @@ class Plan:
     note: str = ""  # shown while the workers start (a port other than the one asked for)
     slurm: list[str] | None = None  # sbatch's options: the followers are one Slurm job, not local kernels
     max_restarts: int = restarts.DEFAULT_MAX  # how often a follower that dies is started again (0: never)
+    held: socket.socket | None = None  # the port this plan chose, listening, until the server takes it
+
+    def take_port(self) -> socket.socket | None:
+        """The socket holding the port the plan chose (None: --master-port chose it), for the rendezvous server
+        (:class:`nbdist.world.store.Server`); the plan holds it no longer."""
+        held, self.held = self.held, None
+        return held
+
+    def release(self) -> None:
+        """Close the port's socket if nothing took it (the world was not formed); idempotent."""
+        held = self.take_port()
+        if held is not None:
+            held.close()
 
     def followers(self) -> Workers | SlurmJob:  # (the field `slurm` hides the module in this class's scope)
         """What starts ranks 1..N-1 and stops them with the world (not started yet)."""
@@ -45,14 +59,17 @@ class Plan:
         return Workers(f["world_size"], f["master_port"], f["token"], self.worker_flags, self.max_restarts)
 
 
-def free_port(addr: str = MASTER) -> tuple[int, str]:
-    """29500 if nothing holds it on ``addr``, else a free port below the ephemeral range; and a note saying so."""
-    if netinfo.first_free_port((DEFAULT_PORT,), addr) == DEFAULT_PORT:
-        return DEFAULT_PORT, ""
-    port = netinfo.first_free_port(FALLBACK_PORTS, addr)
-    if port is None:
-        raise ConfigError(f"no free TCP port on {addr} for the world: pass --master-port")
-    return port, f" (port {DEFAULT_PORT} is busy: using {port})"
+def reserve_port(addr: str = MASTER) -> tuple[socket.socket, str]:
+    """A socket listening on 29500 if nothing holds it on ``addr``, else on a free port below the ephemeral range;
+    and a note saying so. It holds the port until the rendezvous server takes it over (:meth:`Plan.take_port`):
+    nothing else can take it meanwhile, not even another notebook's ``--spawn`` that looks at the same moment."""
+    for port in (DEFAULT_PORT, *FALLBACK_PORTS):
+        try:
+            held = listening(addr, port)
+        except OSError:
+            continue
+        return held, "" if port == DEFAULT_PORT else f" (port {DEFAULT_PORT} is busy: using {port})"
+    raise ConfigError(f"no free TCP port on {addr} for the world: pass --master-port")
 
 
 def from_namespace(namespace: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
@@ -104,17 +121,18 @@ def plan(args: Any, environ: Mapping[str, str]) -> Plan:
                               f"lacks {', '.join(missing)}")
         addr = reachable_address(args.master_addr)
         sources["master_addr"] = "--master-addr" if args.master_addr else "this host's name"
-    note = ""
-    if args.master_port is not None:
-        port = args.master_port
-    else:
-        port, note = free_port(addr)
-        sources["master_port"] = f"--spawn: {DEFAULT_PORT} is busy, so a free port" if note else "default"
+    env = envplan.parse_overrides(args.env)
     token = args.token or environ.get("NBDIST_TOKEN") or None
     if token is None:
         token = secrets.token_hex(16)  # the workers get it in their environment, never through the store
         sources["token"] = "--spawn, random"
-    env = envplan.parse_overrides(args.env)
+    note, held = "", None  # the last that may fail: a port held is handed on from here
+    if args.master_port is not None:
+        port = args.master_port
+    else:
+        held, note = reserve_port(addr)
+        port = held.getsockname()[1]
+        sources["master_port"] = f"--spawn: {DEFAULT_PORT} is busy, so a free port" if note else "default"
     flags = {"rank": 0, "world_size": n, "master_addr": addr, "master_port": port, "backend": args.backend,
              "device": args.device, "timeout": args.timeout, "debug": args.debug, "pg_timeout": args.pg_timeout,
              "token": token, "env": env}
@@ -126,7 +144,7 @@ def plan(args: Any, environ: Mapping[str, str]) -> Plan:
         worker += ["--debug", args.debug]
     for key, value in env.items():
         worker += ["--env", f"{key}={value}"]
-    return Plan(flags, shlex.join(worker), sources, note, words, max_restarts)
+    return Plan(flags, shlex.join(worker), sources, note, words, max_restarts, held)
 
 
 def reachable_address(given: str | None) -> str:

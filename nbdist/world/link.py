@@ -53,6 +53,13 @@ class StoreLink:
             raise NotInitializedError(what)
         return self.world
 
+    def host(self, server: Server) -> None:
+        """Host ``server`` from now on (a ``--spawn``'s, started on the port its plan held); one this kernel hosted
+        before stops, as :func:`nbdist.world.reach.reach` stops it for a world at another address."""
+        if self.server is not None and self.server is not server:
+            self.server.stop()
+        self.server = server
+
     def reach(self, cfg: WorldConfig, deadline: float, on_status: Callable[[Any], None] | None,
               session: str) -> StoreClient:
         """Connect to ``cfg``'s server (hosting it on rank 0 if none answers), and start beating there."""

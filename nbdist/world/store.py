@@ -123,24 +123,38 @@ def run_in_thread(fn: Callable[[], Any], seconds: float, what: str, on_tick: Cal
     return box["value"]
 
 
+def listening(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host:port`` (raises OSError where it cannot): what a :class:`Server` serves on."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(512)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class Server:
     """A ``TCPStore`` server bound to one address (not all interfaces)."""
 
-    def __init__(self, host: str, port: int, token: str | None = None) -> None:
-
+    def __init__(self, host: str, port: int, token: str | None = None, listener: socket.socket | None = None
+                 ) -> None:
+        """``listener``: a socket already listening on ``host:port`` (:func:`listening`), which the server takes
+        over; else the server binds the port itself."""
         self.host, self.port = host, port
         self.token = token  # kept in memory only: the store holds a salted hash
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-            sock.listen(512)
-        except OSError as exc:
-            sock.close()
-            raise StoreConnectionError(
-                f"cannot start the rendezvous server on {host}:{port}: {exc.strerror or exc}"
-            ) from exc
+        if listener is not None:
+            sock = listener
+        else:
+            try:
+                sock = listening(host, port)
+            except OSError as exc:
+                raise StoreConnectionError(
+                    f"cannot start the rendezvous server on {host}:{port}: {exc.strerror or exc}"
+                ) from exc
         if port == 0:
             self.port = sock.getsockname()[1]
         # The server owns the descriptor from here on; closing it under the

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import socket
 
 import pytest
 
 from nbdist.config import DEFAULT_PORT, ConfigError
 from nbdist.drive import headless, launchers, slurm, spawn
+from nbdist.world.store import Server, connect
 
 
 def test_slurm_task_is_procid_plus_one_of_ntasks_plus_one_on_its_local_device():
@@ -116,10 +118,8 @@ def test_sbatch_reason_is_its_error_line():
 
 
 def test_spawn_takes_29500_when_it_is_free_else_a_free_port_and_says_why():
-    """The port --spawn chooses without --master-port (spawn.free_port), with 29500 held for a moment only: the suite
-    runs in two workers, and another file's --spawn may want 29500 meanwhile."""
-    import socket
-
+    """The port --spawn chooses without --master-port (spawn.reserve_port), with 29500 held for a moment only: the
+    suite runs in two workers, and another file's --spawn may want 29500 meanwhile."""
     holder = socket.socket()
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -133,10 +133,56 @@ def test_spawn_takes_29500_when_it_is_free_else_a_free_port_and_says_why():
     finally:
         if holder is not None:
             holder.close()
+    busy.release()
     assert busy.flags["master_port"] != DEFAULT_PORT and busy.flags["master_port"] in spawn.FALLBACK_PORTS
     assert busy.sources["master_port"] == f"--spawn: {DEFAULT_PORT} is busy, so a free port"
     given = spawn.plan(_spawn_args(master_port=29555), {})
     assert given.flags["master_port"] == 29555 and "master_port" not in given.sources
+    assert given.take_port() is None  # a port the user gave is theirs to hold
+
+
+def _binds(port: int) -> bool:
+    """Whether another socket can listen on 127.0.0.1:``port`` now (as the rendezvous server binds: reusing it)."""
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            other.bind(("127.0.0.1", port))
+            other.listen(1)
+        except OSError:
+            return False
+    return True
+
+
+def test_the_port_spawn_chose_stays_held_until_the_rendezvous_server_serves_on_it():
+    """The workers start between the plan and the server: meanwhile nothing else may take the port the plan chose
+    (another notebook's --spawn at the same moment, a test's server), or rank 0 would reach a stranger there."""
+    first = spawn.plan(_spawn_args(master_port=None), {})
+    try:
+        port = first.flags["master_port"]
+        assert not _binds(port)
+        second = spawn.plan(_spawn_args(master_port=None), {})  # another --spawn at the same moment
+        second.release()
+        assert second.flags["master_port"] != port
+        server = Server("127.0.0.1", port, token="held", listener=first.take_port())
+        try:
+            client = connect("127.0.0.1", port, 10, token="held")
+            try:
+                client.set("said", "here")
+                assert client.get("said") == "here"
+            finally:
+                client.close()
+        finally:
+            server.stop()
+    finally:
+        first.release()
+
+
+def test_a_plan_that_forms_no_world_lets_its_port_go():
+    plan = spawn.plan(_spawn_args(master_port=None), {})
+    port = plan.flags["master_port"]
+    plan.release()
+    plan.release()  # idempotent
+    assert plan.take_port() is None and _binds(port)
 
 
 def test_spawn_hands_max_restarts_to_local_workers_and_to_a_slurm_job_default_3(monkeypatch, tmp_path):
