@@ -35,7 +35,10 @@ def check_replicas(model: Any, optimizer: Any = None, every: int = 1) -> None:
     _STEPS[model] = step
     if (step - 1) % every:
         return
-    _compare(step, replica_leaves(model, optimizer), _device(model))
+    import torch.distributed as dist
+
+    leaves = replica_leaves(model, optimizer)
+    _compare(step, leaves, gathered_on(dist.get_backend(), leaves))
 
 
 def replica_leaves(model: Any, optimizer: Any = None) -> list[tuple[str, Any]]:
@@ -48,13 +51,15 @@ def replica_leaves(model: Any, optimizer: Any = None) -> list[tuple[str, Any]]:
     return found
 
 
-def _device(model: Any) -> Any:
+def gathered_on(backend: str, leaves: list[tuple[str, Any]]) -> Any:
+    """The device the check's numbers are gathered on: the CPU for gloo, else the first tensor's (a model's first
+    parameter; the CPU where no leaf is a tensor). What is checked may be any value :func:`hashing.leaves` walks:
+    a tensor or a state dict has no ``parameters()``."""
     import torch
-    import torch.distributed as dist
 
-    if dist.get_backend() == "gloo":
+    if backend == "gloo":
         return torch.device("cpu")
-    first = next(iter(model.parameters()), None)
+    first = next((leaf for _, leaf in leaves if isinstance(leaf, torch.Tensor)), None)
     return first.device if first is not None else torch.device("cpu")
 
 

@@ -101,3 +101,17 @@ def test_a_strided_leaf_checked_again_sees_its_change() -> None:
     before = hashing.quick([("w", leaf)])
     t[0, 0] = 100.0
     assert hashing.quick([("w", leaf)]) != before
+
+
+def test_the_check_gathers_where_the_first_tensor_lives_whatever_the_value_is() -> None:
+    """check_replicas takes a model, a tensor or a state dict: off gloo, its numbers go where the first tensor is
+    (a tensor has no parameters(): it raised AttributeError); gloo gathers on the CPU."""
+    from nbdist.diverge.replicas import gathered_on, replica_leaves
+
+    model, opt = trained()
+    on_meta = torch.ones(3, device="meta")  # a device that is not the CPU, on any machine
+    assert gathered_on("nccl", replica_leaves(on_meta)) == torch.device("meta")
+    assert gathered_on("hccl", replica_leaves({"w": on_meta, "lr": 0.1})) == torch.device("meta")
+    assert gathered_on("nccl", replica_leaves(model, opt)) == next(model.parameters()).device
+    assert gathered_on("nccl", replica_leaves({"lr": 0.1})) == torch.device("cpu")
+    assert gathered_on("gloo", replica_leaves(on_meta)) == torch.device("cpu")
