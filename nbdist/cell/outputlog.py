@@ -127,18 +127,23 @@ class OutputLog:
             self._spill_if_cut()
 
     def _flush(self) -> None:
-        """Take the pending writes in: each run of one stream as one piece of text."""
-        pending, self._pending, self._pending_chars = self._pending, [], 0
-        i = 0
-        while i < len(pending):
-            name, j = pending[i][0], i + 1
-            while j < len(pending) and pending[j][0] == name:
-                j += 1
-            text = "".join(t for _, t in pending[i:j])
-            self._whole(text)
-            self._take(name, text)
-            i = j
-        if pending:
+        """Take the pending writes in: each run of one stream as one piece of text, left pending until it is in.
+        A stop (KeyboardInterrupt) that lands meanwhile leaves the runs not yet in for the next flush: one it cut
+        half way may come twice, none is lost."""
+        pending, i = self._pending, 0
+        try:
+            while i < len(pending):
+                name, j = pending[i][0], i + 1
+                while j < len(pending) and pending[j][0] == name:
+                    j += 1
+                text = "".join(t for _, t in pending[i:j])
+                self._whole(text)
+                self._take(name, text)
+                i = j
+        finally:
+            del pending[:i]  # the runs that are in
+            self._pending_chars = sum(len(t) for _, t in pending)
+        if i:
             self._spill_if_cut()
 
     def _whole(self, text: str) -> None:

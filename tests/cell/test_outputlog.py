@@ -100,3 +100,34 @@ def test_a_snapshot_taken_while_another_thread_writes_is_consistent() -> None:
         assert all(o["kind"] in ("stdout", "stderr", "note") for o in outputs)
     thread.join()
     assert log.snapshot()[-1]["text"].endswith("19999\n")
+
+
+class _StoppedOnce(OutputLog):
+    """A log whose ``at``-th run taken in is cut by the stop button, as a KeyboardInterrupt lands in the body's
+    thread while its own print flushes the batch."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def _take(self, name: str, text: str) -> None:
+        self.at -= 1
+        if self.at == 0:
+            raise KeyboardInterrupt
+        super()._take(name, text)
+
+
+def test_a_stop_that_lands_while_the_batch_is_taken_in_loses_none_of_it() -> None:
+    log = _StoppedOnce(at=2)
+    log.write("stdout", "one\n")
+    log.write("stderr", "two\n")
+    log.write("stdout", "three\n")
+    try:
+        log.display({"text/plain": "'four'"})  # flushes the batch first: the stop lands at its second run
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the stop did not land")
+    assert _kinds(log) == [("stdout", "one\n"), ("stderr", "two\n"), ("stdout", "three\n")]
+    log.display({"text/plain": "'four'"})
+    assert _kinds(log)[-1] == ("display", "'four'")
