@@ -21,7 +21,7 @@ from ..errors import (
     StoppedError,
     StoreConnectionError,
 )
-from ..view import alike
+from ..view import alike, tracebacks
 from ..world.capture_record import Raised
 from ..world.world import World
 from .cells import Outcome
@@ -119,8 +119,8 @@ def _own_error(world: World, outcome: Outcome, own: Raised) -> BaseException:
         return cls(own.evalue)  # nbdist's own error: the same class on every rank
     shown = outcome.show is None or world.rank in outcome.show
     said = f"{world.describe(world.rank)} raised {own.ename}: {own.evalue}{_as_did(world, outcome, own)}"
-    if not shown:
-        return CollectiveError(said, own.traceback or "")
+    if not shown:  # said only here: its traceback as its column would show it
+        return CollectiveError(said, tracebacks.readable(own.short or own.traceback or ""))
     return CollectiveError(f"{said} (its traceback is in the table above)")
 
 

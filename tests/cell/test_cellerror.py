@@ -82,3 +82,21 @@ def test_the_error_a_cell_ends_with_is_the_first_rule_that_finds_one(mine, other
     cls, text = expected
     assert isinstance(got, cls) and str(got).startswith(text), repr(got)
 
+
+
+def test_an_error_whose_column_show_left_out_carries_its_traceback_as_a_column_shows_it():
+    """--show 0 on rank 1: its own error, said under the table, carries its traceback, with the cell's frame as
+    ``cell line 2`` (not ipykernel's temporary file, whose name holds the pid) and nbdist's own frames hidden."""
+    full = ('Traceback (most recent call last):\n'
+            '  File "/tmp/ipykernel_4242/1234567.py", line 2, in <module>\n    1 / 0\n'
+            'ZeroDivisionError: division by zero\n')
+    short = full.replace("Traceback (most recent call last)", "Traceback (nbdist's own frames hidden; 1 hidden)")
+    world = World(None, 0, ME, len(RANKS), RANKS[ME], RANKS)  # type: ignore[arg-type]  # describe reads no store
+    captures = [capture() for _ in RANKS]
+    captures[ME] = capture(error("ZeroDivisionError", "division by zero", traceback=full, short=short))
+    got = error_for(world, Outcome(1, captures, None, show=(0,)))
+    assert isinstance(got, CollectiveError) and str(got).startswith("rank 1 (h, pid 2) raised ZeroDivisionError")
+    assert "cell line 2" in got.traceback_text and "ipykernel_" not in got.traceback_text, got.traceback_text
+    assert "nbdist's own frames hidden" in got.traceback_text, got.traceback_text
+    shown = error_for(world, Outcome(1, captures, None, show=(0, 1)))
+    assert isinstance(shown, CollectiveError) and not shown.traceback_text  # its column shows it
