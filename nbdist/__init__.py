@@ -7,6 +7,7 @@ backend is detected first, so that a broken accelerator plugin cannot break
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
@@ -22,6 +23,8 @@ def load_ipython_extension(ipython: Any) -> None:
     from .extension import load
 
     load(ipython)
+    # nbdist.check_replicas(...), nbdist.get_device() in a cell, as the docs write them (a name of the user's wins)
+    ipython.user_ns.setdefault("nbdist", sys.modules[__name__])
 
 
 def unload_ipython_extension(ipython: Any) -> None:

@@ -266,18 +266,15 @@ class Session:
                            by=world.describe(world.rank))
 
     def fill_namespace(self) -> None:
-        """After joining: ``torch``, ``dist`` and ``nbdist`` (unless the notebook has its own), ``RANK``,
-        ``WORLD_SIZE``, ``LOCAL_RANK`` and ``DEVICE`` in the notebook's namespace."""
+        """After joining: ``torch``, ``dist`` (unless the notebook has its own), ``RANK``, ``WORLD_SIZE``,
+        ``LOCAL_RANK`` and ``DEVICE`` in the notebook's namespace (``nbdist`` is there from ``%load_ext``)."""
         import torch
         import torch.distributed as dist
-
-        import nbdist
 
         assert self.config is not None
         ns = self.shell.user_ns
         ns.setdefault("torch", torch)
         ns.setdefault("dist", dist)
-        ns.setdefault("nbdist", nbdist)  # for nbdist.check_replicas(...), nbdist.get_device() in a cell
         ns.update(RANK=self.config.rank, WORLD_SIZE=self.config.world_size, LOCAL_RANK=self.local_rank,
                   DEVICE=self.device)
 
