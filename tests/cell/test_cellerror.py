@@ -83,7 +83,6 @@ def test_the_error_a_cell_ends_with_is_the_first_rule_that_finds_one(mine, other
     assert isinstance(got, cls) and str(got).startswith(text), repr(got)
 
 
-
 def test_an_error_whose_column_show_left_out_carries_its_traceback_as_a_column_shows_it():
     """--show 0 on rank 1: its own error, said under the table, carries its traceback, with the cell's frame as
     ``cell line 2`` (not ipykernel's temporary file, whose name holds the pid) and nbdist's own frames hidden."""

@@ -9,7 +9,7 @@ import pytest
 
 from nbdist.config import DEFAULT_PORT, ConfigError
 from nbdist.drive import headless, launchers, slurm, spawn
-from nbdist.world.store import Server, connect
+from nbdist.world.store import Server, connect, listening
 
 
 def test_slurm_task_is_procid_plus_one_of_ntasks_plus_one_on_its_local_device():
@@ -142,14 +142,11 @@ def test_spawn_takes_29500_when_it_is_free_else_a_free_port_and_says_why():
 
 
 def _binds(port: int) -> bool:
-    """Whether another socket can listen on 127.0.0.1:``port`` now (as the rendezvous server binds: reusing it)."""
-    with socket.socket() as other:
-        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            other.bind(("127.0.0.1", port))
-            other.listen(1)
-        except OSError:
-            return False
+    """Whether another socket can listen on 127.0.0.1:``port`` now, as the rendezvous server binds it."""
+    try:
+        listening("127.0.0.1", port).close()
+    except OSError:
+        return False
     return True
 
 
