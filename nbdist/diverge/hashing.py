@@ -89,19 +89,27 @@ def quick(leaves: Sequence[tuple[str, Any]]) -> int:
 
     layout: list[tuple[str, Any, Any]] = []  # what is said of each leaf: names, dtypes, shapes, values' reprs
     sums = []
+    kept_views, tensor = _SUMMED, torch.Tensor
     with torch.no_grad():
         for name, leaf in leaves:
-            if isinstance(leaf, torch.Tensor):
+            if isinstance(leaf, tensor):
                 dtype, shape = leaf.dtype, leaf.shape
                 layout.append((name, dtype, shape))
-                sums.append(_leaf_sum(leaf, dtype, shape))
+                kept = kept_views.get(id(leaf))
+                if (kept is None or not _alive(kept[0], leaf) or kept[1] != leaf.data_ptr() or kept[2] != dtype
+                        or kept[3] != shape):
+                    sums.append(_leaf_sum(leaf, dtype, shape))
+                else:  # a tensor checked before (see _SUMMED), its data where it was: its words and weights kept
+                    sums.append(_word_sum(kept[5], kept[4]))
             else:
                 layout.append((name, type(leaf).__name__, repr(leaf)))
     h = hashlib.sha256(_layout_digest(tuple(layout)))
     if sums:
-        if len({s.device for s in sums}) > 1:  # a model split across devices
-            sums = [s.cpu() for s in sums]
-        h.update(torch.stack(sums).cpu().numpy().tobytes())
+        try:
+            joined = torch.stack(sums)
+        except RuntimeError:  # a model split across devices
+            joined = torch.stack([s.cpu() for s in sums])
+        h.update(joined.cpu().numpy().tobytes())
     return int(h.hexdigest()[:16], 16) - (1 << 63)
 
 
@@ -116,22 +124,19 @@ def _alive(ref: weakref.ref[Any], leaf: Any) -> bool:
 
 
 def _leaf_sum(leaf: Any, dtype: Any, shape: Any) -> Any:
-    """:func:`_word_sum` of ``leaf``'s words, the words and weights kept from the last check of the same tensor where
-    its data is where it was (not replaced, as ``p.data = ...`` does) and its words are a view of it."""
-    kept = _SUMMED.get(id(leaf))
-    if kept is not None and _alive(kept[0], leaf) and kept[1:4] == (leaf.data_ptr(), dtype, shape):
-        words, weights = kept[4], kept[5]
-    else:
-        words = _words(leaf)
-        weights = _weights(words.numel(), words.device)
-        try:
-            where = leaf.data_ptr() if leaf.numel() and words.data_ptr() == leaf.data_ptr() else None
-        except (RuntimeError, NotImplementedError):  # a tensor without plain storage (sparse, a subclass)
-            where = None
-        if where is not None:  # its words are a view of its data: later steps show in them
-            if len(_SUMMED) >= 4096:  # many tensors checked once: keep the latest
-                _SUMMED.clear()
-            _SUMMED[id(leaf)] = (weakref.ref(leaf), where, dtype, shape, words, weights)
+    """:func:`_word_sum` of ``leaf``'s words, seen for the first time (or its data moved, as ``p.data = ...`` moves
+    it): its words and weights are kept for the next check where its words are a view of its data (:data:`_SUMMED`;
+    :func:`quick` reuses them while the tensor is alive, its data where it was, its dtype and shape the same)."""
+    words = _words(leaf)
+    weights = _weights(words.numel(), words.device)
+    try:
+        where = leaf.data_ptr() if leaf.numel() and words.data_ptr() == leaf.data_ptr() else None
+    except (RuntimeError, NotImplementedError):  # a tensor without plain storage (sparse, a subclass)
+        where = None
+    if where is not None:  # its words are a view of its data: later steps show in them
+        if len(_SUMMED) >= 4096:  # many tensors checked once: keep the latest
+            _SUMMED.clear()
+        _SUMMED[id(leaf)] = (weakref.ref(leaf), where, dtype, shape, words, weights)
     return _word_sum(weights, words)
 
 
@@ -236,10 +241,16 @@ def entry(name: str, leaf: Any) -> Entry:
                  shown=text if len(text) <= SHOWN_AT_MOST else text[:SHOWN_AT_MOST - 1] + "…")
 
 
+_PLAIN = frozenset({bool, int, float, str, type(None)})  # values (:data:`VALUE`) by their exact type
+
+
 def _walk(value: Any, name: str, names: dict[int, str]) -> Iterator[tuple[str, Any]]:
     """``value``'s leaves under ``name`` (as :func:`entry_name` writes a path; built as it goes, once per step)."""
     import torch
 
+    if type(value) in _PLAIN:  # most of an optimizer's settings: a leaf, without asking what else it could be
+        yield name, value
+        return
     kind = kind_of(value)
     if kind in (TENSOR, VALUE) or isinstance(value, torch.dtype):
         yield name, value
@@ -278,8 +289,13 @@ def _optimizer(opt: Any, name: str, names: dict[int, str]) -> Iterator[tuple[str
     groups_at = _attr(name, "param_groups")
     for i, group in enumerate(opt.param_groups):
         for key in sorted(group, key=str):
-            if key != "params":
-                yield from _walk(group[key], f"{groups_at}[{i!r}].{key}", names)
+            if key == "params":
+                continue
+            setting = group[key]
+            if type(setting) in _PLAIN:  # lr, eps, ...: a leaf, without a walk of its own
+                yield f"{groups_at}[{i!r}].{key}", setting
+            else:
+                yield from _walk(setting, f"{groups_at}[{i!r}].{key}", names)
 
 
 def _position(opt: Any, p: Any) -> int:

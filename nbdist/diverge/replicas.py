@@ -23,7 +23,9 @@ from . import compare, hashing
 from .compare import Held
 from .hashing import MODULE, Entry
 
-_STEPS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # calls so far, by model
+# Calls so far, by the model's id: the model (weakly) and its count. A loop's nine calls in ten only count: a plain dict
+# and a list counted in place cost a third of a WeakKeyDictionary's lookup and store (two new weak references a call).
+_STEPS: dict[int, tuple[weakref.ref[Any], list[int]]] = {}
 
 
 def check_replicas(model: Any, optimizer: Any = None, every: int = 1) -> None:
@@ -31,8 +33,9 @@ def check_replicas(model: Any, optimizer: Any = None, every: int = 1) -> None:
     the ranks of the world, checked at this model's first call and every ``every``-th after."""
     if not isinstance(every, int) or every < 1:
         raise ConfigError(f"check_replicas: every takes a whole number of steps, 1 or more, not {every!r}")
-    step = _STEPS.get(model, 0) + 1
-    _STEPS[model] = step
+    count = _counted(model)
+    count[0] += 1
+    step = count[0]
     if (step - 1) % every:
         return
     import torch.distributed as dist
@@ -41,12 +44,36 @@ def check_replicas(model: Any, optimizer: Any = None, every: int = 1) -> None:
     _compare(step, leaves, gathered_on(dist.get_backend(), leaves))
 
 
+def _counted(model: Any) -> list[int]:
+    """The count of ``model``'s calls, held while the model lives (a new count for a model not seen before)."""
+    held = _STEPS.get(id(model))
+    if held is not None and held[0]() is model:
+        return held[1]
+    key = id(model)
+    try:
+        ref = weakref.ref(model, lambda _: _STEPS.pop(key, None))
+    except TypeError:  # a plain dict or list: nothing tells its calls apart from another one's with its id
+        raise ConfigError(f"check_replicas counts its calls per model, and a {type(model).__name__} cannot be "
+                          "followed from call to call: pass the module (or a tensor), or compare a state dict "
+                          "once with %dist_compare") from None
+    count = [0]
+    _STEPS[key] = (ref, count)
+    return count
+
+
 def replica_leaves(model: Any, optimizer: Any = None) -> list[tuple[str, Any]]:
     """What is compared, by name: the model's parameters and buffers, then ``optimizer.``'s state by the model's
     parameter names."""
+    import torch
+
     found = list(hashing.leaves(model))
     if optimizer is not None:
-        names = hashing.param_names([model])
+        if isinstance(model, torch.nn.Module):  # its leaves are its parameters by name (each once): no second walk
+            names: dict[int, str] = {}
+            for name, leaf in found:
+                names.setdefault(id(leaf), name)
+        else:
+            names = hashing.param_names([model])
         found += [(f"optimizer.{name}", leaf) for name, leaf in hashing.leaves(optimizer, names)]
     return found
 

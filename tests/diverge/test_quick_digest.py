@@ -115,3 +115,33 @@ def test_the_check_gathers_where_the_first_tensor_lives_whatever_the_value_is() 
     assert gathered_on("nccl", replica_leaves(model, opt)) == next(model.parameters()).device
     assert gathered_on("nccl", replica_leaves({"lr": 0.1})) == torch.device("cpu")
     assert gathered_on("gloo", replica_leaves(on_meta)) == torch.device("cpu")
+
+
+def test_the_leaves_name_the_optimizers_state_by_the_models_parameters_as_one_walk_of_each_did() -> None:
+    """replica_leaves names the optimizer's state from the module's own leaves, where it walked the module twice."""
+    from nbdist.diverge.replicas import replica_leaves
+
+    model, opt = trained()
+    shared = torch.nn.Sequential(model, torch.nn.Sequential(model[0]))  # a layer under two names: the first wins
+    for m in (model, shared):
+        walked_twice = list(hashing.leaves(m)) + [
+            (f"optimizer.{name}", leaf) for name, leaf in hashing.leaves(opt, hashing.param_names([m]))]
+        assert replica_leaves(m, opt) == walked_twice
+
+
+def test_the_calls_are_counted_per_model_while_it_lives() -> None:
+    """A loop's calls count per model; a model gone takes its count with it (a new one at its id starts again), and
+    a plain dict, which nothing tells apart from a later one at its id, is refused with what to do instead."""
+    from nbdist.diverge import replicas
+    from nbdist.errors import ConfigError
+
+    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    for _ in range(3):
+        replicas._counted(a)[0] += 1
+    replicas._counted(b)[0] += 1
+    assert (replicas._counted(a)[0], replicas._counted(b)[0]) == (3, 1)
+    gone = id(a)
+    del a
+    assert gone not in replicas._STEPS
+    with pytest.raises(ConfigError, match="a dict cannot be followed from call to call: pass the module"):
+        replicas.check_replicas({"w": torch.ones(2)})
