@@ -17,6 +17,9 @@ answer at 16 ranks in two groups, and ``nbdist.check_replicas(every=10)`` agains
      every other pair, a bare ``all_gather`` of three numbers a rank in place of the check, for scale). One check's
      cost, with the nine calls that do not check (timed in the first part), over 10 plain steps: the target's
      figure, ≤ 5%. Two steps against two steps differ by less than 0.1%.
+   - run as root, a diagnostic: half as many rounds again with the ranks' threads under SCHED_FIFO, where this
+     machine's scheduler does not keep a woken thread waiting for its next 4 ms tick (:data:`REALTIME`): the
+     plain step, one check's cost and a bare ``all_gather``, no target.
 
 Run from the repository root::
 
@@ -95,7 +98,7 @@ def answer_at(n: int) -> str:
 EVERY = 10  # check_replicas(model, opt, every=EVERY): the issue's figure
 
 
-def _ddp_worker(rank: int, size: int, port: int, steps: int, rounds: int, out: object) -> None:
+def _ddp_worker(rank: int, size: int, port: int, steps: int, rounds: int, out: object, realtime: bool) -> None:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -105,6 +108,8 @@ def _ddp_worker(rank: int, size: int, port: int, steps: int, rounds: int, out: o
     torch.set_num_threads(1)
     cores = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cores[rank % len(cores)]})  # a core each: the OS moving ranks about is noise
+    if realtime:  # this thread and those it starts (gloo's) woken at once: see REALTIME
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
@@ -170,7 +175,13 @@ def _ddp_worker(rank: int, size: int, port: int, steps: int, rounds: int, out: o
     dist.destroy_process_group()
 
 
-def ddp_times(steps: int, rounds: int) -> dict[str, list[float]]:
+# The diagnostic run (``realtime``): the same rounds with the ranks' threads under SCHED_FIFO. On this machine (a VM
+# of 2 cores), a thread woken on a core often waits for the next 4 ms scheduler tick: most of a gloo collective's
+# time, in a third of them; SCHED_FIFO threads are run at once. Only where this process may set it (root).
+REALTIME = hasattr(os, "SCHED_FIFO") and hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def ddp_times(steps: int, rounds: int, realtime: bool = False) -> dict[str, list[float]]:
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -178,7 +189,7 @@ def ddp_times(steps: int, rounds: int) -> dict[str, list[float]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [ctx.Process(target=_ddp_worker, args=(r, 2, port, steps, rounds, out)) for r in range(2)]
+    procs = [ctx.Process(target=_ddp_worker, args=(r, 2, port, steps, rounds, out, realtime)) for r in range(2)]
     for p in procs:
         p.start()
     try:
@@ -245,6 +256,19 @@ def main() -> None:
           f"{statistics.median(spent):.1f}%); one check {statistics.median(times['pair']) * 1000:.3f} ms against a "
           f"step of {plain_pair * 1000:.3f} ms, a call that does not check {idle * 1e6:.1f} us: {amortised:+.1f}%; "
           f"a bare all_gather {statistics.median(times['bare']) * 1000:.3f} ms")
+    if REALTIME:
+        rt = ddp_times(args.steps, max(1, args.rounds // 2), realtime=True)
+        rt_step, rt_idle = statistics.median(rt["pair_plain"]), statistics.median(rt["idle"])
+        rows.append(figure("diagnostic, ranks under SCHED_FIFO (no 4 ms waits for a tick): the plain step",
+                           [t * 1000 for t in rt["pair_plain"]], "ms", decimals=3))
+        rt_check = [100 * (d + (EVERY - 1) * rt_idle) / (EVERY * rt_step) for d in rt["pair"]]
+        rows.append(figure("diagnostic, SCHED_FIFO: one check's cost and nine calls that do not check, over 10 "
+                           "plain steps", rt_check, "%", decimals=1, signed=True))
+        rows.append(figure("diagnostic, SCHED_FIFO: a bare `all_gather` of 3 numbers a rank, over 10 plain steps",
+                           [100 * d / (EVERY * rt_step) for d in rt["bare"]], "%", decimals=1, signed=True))
+        one, gather = statistics.median(rt["pair"]), statistics.median(rt["bare"])
+        print(f"under SCHED_FIFO: a step of {rt_step * 1000:.3f} ms, one check {one * 1000:.3f} ms: "
+              f"{statistics.median(rt_check):+.1f}%; a bare all_gather {gather * 1000:.3f} ms")
     print(load_note("after"))
     record("compare", "Comparing replicas: `%dist_compare` and `check_replicas`", rows, began,
            notes=[f"cores: {os.cpu_count()}"])
