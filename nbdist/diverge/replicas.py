@@ -12,6 +12,7 @@ Else every rank digests its entries one by one (:func:`nbdist.diverge.hashing.en
 
 from __future__ import annotations
 
+import functools
 import json
 import weakref
 from typing import Any
@@ -23,8 +24,8 @@ from . import compare, hashing
 from .compare import Held
 from .hashing import MODULE, Entry
 
-# Calls so far, by the model's id: the model (weakly) and its count. A loop's nine calls in ten only count: a plain dict
-# and a list counted in place cost a third of a WeakKeyDictionary's lookup and store (two new weak references a call).
+# Calls so far, by the model's id: the model (weakly) and its count, a list counted up in place. A loop's nine calls in
+# ten only count, and this costs a third of a WeakKeyDictionary's lookup and store (two new weak references a call).
 _STEPS: dict[int, tuple[weakref.ref[Any], list[int]]] = {}
 
 
@@ -51,7 +52,7 @@ def _counted(model: Any) -> list[int]:
         return held[1]
     key = id(model)
     try:
-        ref = weakref.ref(model, lambda _: _STEPS.pop(key, None))
+        ref = weakref.ref(model, functools.partial(_forget, _STEPS, key))
     except TypeError:  # a plain dict or list: nothing tells its calls apart from another one's with its id
         raise ConfigError(f"check_replicas counts its calls per model, and a {type(model).__name__} cannot be "
                           "followed from call to call: pass the module (or a tensor), or compare a state dict "
@@ -59,6 +60,11 @@ def _counted(model: Any) -> list[int]:
     count = [0]
     _STEPS[key] = (ref, count)
     return count
+
+
+def _forget(steps: dict[int, Any], key: int, _: object) -> None:
+    """A counted model is gone: its count goes with it (``steps`` held by the callback, which may come late)."""
+    steps.pop(key, None)
 
 
 def replica_leaves(model: Any, optimizer: Any = None) -> list[tuple[str, Any]]:
