@@ -269,6 +269,8 @@ def main() -> None:
         one, gather = statistics.median(rt["pair"]), statistics.median(rt["bare"])
         print(f"under SCHED_FIFO: a step of {rt_step * 1000:.3f} ms, one check {one * 1000:.3f} ms: "
               f"{statistics.median(rt_check):+.1f}%; a bare all_gather {gather * 1000:.3f} ms")
+    else:
+        print("the diagnostic under SCHED_FIFO is left out: setting it needs root")
     print(load_note("after"))
     record("compare", "Comparing replicas: `%dist_compare` and `check_replicas`", rows, began,
            notes=[f"cores: {os.cpu_count()}"])
