@@ -22,10 +22,18 @@ default 2 4; the issue's figures use 2 4 8 16) it
      that differs by rank (``print(RANK)``; ``print(rank)`` on the engines),
      each kind's overhead taken over the plain kernel's same body; one of each per round,
      the order rotated round by round, after uncounted warm-up rounds.
+     The plain kernel runs throughout; (b) and (c) are each timed alone beside
+     it, in ``--phases`` (2) phases in turn, nbdist first, then ipyparallel,
+     then ipyparallel again and nbdist (each started afresh, the other's
+     kernels, workers, engines and controller stopped), each overhead paired
+     with the plain cells of its own rounds: a user runs one or the other, and
+     either one's idle processes slow the other (at 2 ranks a driven cell took
+     1.0 to 1.3 ms more with ipyparallel's idle cluster beside it). ``--together``
+     times all three at once, as this script did before 2026-12-07;
      (b) returns when the driver's cell ends, and the driver's cell ends only
      after every rank passed the end barrier, so it covers all N ranks;
      blocking ``%%px`` waits for every engine, so (c) covers all N engines;
-  3. checks once that the cells really ran everywhere: a driven
+  3. checks, after each phase, that the cells really ran everywhere: a driven
      ``%%collective`` that prints each rank's RANK, WORLD_SIZE and x must
      show ranks 0..N-1 with x = 1, ``%dist_workers`` must list N-1 workers
      joined and following; the client must see N engines, each holding
@@ -51,6 +59,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/driven_cells.py
     .venv/bin/python benchmarks/driven_cells.py --world-sizes 2 --runs 100
     .venv/bin/python benchmarks/driven_cells.py --skip ipyparallel
+    .venv/bin/python benchmarks/driven_cells.py --world-sizes 2 --together
 
 Exits 0 when every system installed and not skipped was measured and
 checked, whether or not the target is met; 1 when one failed (its error is
@@ -69,6 +78,7 @@ import secrets
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import vs_peers
@@ -276,15 +286,15 @@ def ratio(ours: float, theirs: float) -> str:
     return f"{ours / theirs:.2f}x" if theirs > 0 else "n/a (%%px adds nothing)"
 
 
-def report_size(n: int, systems: list[System], times: dict[str, list[float]], runs: int) -> dict[str, Any]:
+def report_size(n: int, cells: list[Cell], times: dict[str, list[float]], runs: int) -> dict[str, Any]:
     """Print one world size's table; returns its figures for the summary."""
     print(f"\n== {n} ranks, gloo, CPU: client wall time, execute request -> that kernel idle "
           f"({runs} interleaved runs each) ==")
     print(f"{'cell':<46} {'median ms':>10} {'p90 ms':>9} {'over (a) ms':>12} {'paired ms':>10}")
     row: dict[str, Any] = {"n": n}
-    for cell in (c for s in systems for c in s.cells()):
+    for cell in cells:
         values = times.get(cell.key, [])
-        plain = times.get("plain" + kind_of(cell.key), [])
+        plain = times.get("plain" + kind_of(cell.key) + ("" if cell.key.startswith("plain") else f"@{cell.system}"), [])
         if len(values) < 2 or len(plain) < 2:
             print(f"{cell.label:<46} not measured")
             continue
@@ -309,6 +319,9 @@ def kind_of(key: str) -> str:
     return key[key.index("-"):] if "-" in key else ""
 
 
+SYSTEM = {"nbdist": Spawned.name, "px": IppN.name}  # a cell key's system
+
+
 def size_figures(n: int, times: dict[str, list[float]], row: dict[str, Any]) -> list[dict[str, Any]]:
     """One world size's headline figures, for the docs: each cell, each overhead, and the target's ratio."""
     labels = {"plain": "plain cell", "nbdist": "nbdist, driven `%%collective`", "px": "ipyparallel `%%px`"}
@@ -319,7 +332,8 @@ def size_figures(n: int, times: dict[str, list[float]], row: dict[str, Any]) -> 
                     for key in labels if key + kind in row]
         for key in ("nbdist", "px"):
             if f"{key}{kind}-over" in row:
-                paired = [(b - a) * 1000 for a, b in zip(plain, times[key + kind], strict=False)]
+                beside = times.get(f"plain{kind}@{SYSTEM[key]}", plain)
+                paired = [(b - a) * 1000 for a, b in zip(beside, times[key + kind], strict=False)]
                 figures.append(figure(f"{n} ranks, {what}: {labels[key]} over the plain cell (difference of medians; "
                                       "spread of the paired differences)", paired, "ms",
                                       median=row[f"{key}{kind}-over"], signed=True))
@@ -357,41 +371,79 @@ def run_size(n: int, args: argparse.Namespace, ipp: bool, failed: dict[str, str]
              startup: list[tuple[str, str, float]], hows: dict[str, str],
              figures: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Start, time, check and stop one world size; failures go to ``failed`` (keyed 'system, N ranks'), the
-    headline figures to ``figures``."""
-    systems: list[System] = [PlainKinds(), Spawned(n)] + ([IppN(n)] if ipp else [])
+    headline figures to ``figures``.
+
+    The plain kernel runs throughout. nbdist and ipyparallel are each timed alone beside it, in ``--phases``
+    alternating phases (the other one's kernels, workers, engines and controller stopped), each system's overhead
+    paired with the plain cells of its own rounds; ``--together`` times all three at once, as it used to."""
+    makers: list[Callable[[], System]] = [lambda: Spawned(n)] + ([lambda: IppN(n)] if ipp else [])
+    if args.together:
+        phases = [makers]
+    else:
+        phases = [[m] for phase in range(args.phases) for m in (makers if phase % 2 == 0 else makers[::-1])]
+    each = 1 if args.together else args.phases  # phases per system: its runs are shared among them
+    per_phase = argparse.Namespace(**{**vars(args), "runs": max(2, -(-args.runs // each))})
     here: dict[str, str] = {}
-    started: list[System] = []
+    times: dict[str, list[float]] = {}
+    measured: dict[str, list[Cell]] = {}  # the cells of each system started, kept for the report once it is stopped
+    plain = PlainKinds()
     row = None
     try:
-        for system in systems:
-            print(f"{n} ranks: starting {system.name} ...", flush=True)
-            started.append(system)
+        print(f"{n} ranks: starting plain ...", flush=True)
+        try:
+            plain.start(args.timeout)
+        except Exception as exc:  # no baseline: nothing at this size is measured
+            here["plain"] = f"start-up: {type(exc).__name__}: {exc}"
+            print(f"FAILED plain {here['plain']}", file=sys.stderr, flush=True)
+            phases = []
+        for group in phases:
+            systems: list[System] = []
             try:
-                system.start(args.timeout)
-            except Exception as exc:  # not measured; the others still are
-                here[system.name] = f"start-up: {type(exc).__name__}: {exc}"
-                print(f"FAILED {system.name} {here[system.name]}", file=sys.stderr, flush=True)
-                system.stop()
-        if "plain" not in here:
-            times = time_rounds(started, args, here)
-            for system in started:
-                if system.name not in here:
+                for make in group:
+                    system = make()
+                    if system.name in here:
+                        continue
+                    print(f"{n} ranks: starting {system.name} ...", flush=True)
+                    systems.append(system)
                     try:
-                        system.verify(args.timeout)
-                    except Exception as exc:
-                        here[system.name] = f"check that it ran everywhere: {type(exc).__name__}: {exc}"
+                        system.start(args.timeout)
+                    except Exception as exc:  # not measured; the others still are
+                        here[system.name] = f"start-up: {type(exc).__name__}: {exc}"
                         print(f"FAILED {system.name} {here[system.name]}", file=sys.stderr, flush=True)
-            row = report_size(n, [s for s in started if s.name not in here], times, args.runs)
+                    if system.name not in measured and system.name not in here:
+                        measured[system.name] = system.cells()
+                        hows[system.name] = system.how
+                        startup += [(f"{system.name}, {n} ranks", what, seconds) for what, seconds in system.startup]
+                timing = [s for s in systems if s.name not in here]
+                if not timing:
+                    continue
+                got = time_rounds([plain, *timing], per_phase, here)
+                for key, values in got.items():
+                    times.setdefault(key, []).extend(values)
+                    if key.startswith("plain"):  # the baseline of the systems timed beside it, round by round
+                        for system in timing:
+                            times.setdefault(f"{key}@{system.name}", []).extend(values)
+                for system in timing:  # in every phase: each is a world or a cluster of its own
+                    if system.name not in here:
+                        try:
+                            system.verify(args.timeout)
+                        except Exception as exc:
+                            here[system.name] = f"check that it ran everywhere: {type(exc).__name__}: {exc}"
+                            print(f"FAILED {system.name} {here[system.name]}", file=sys.stderr, flush=True)
+            finally:
+                for system in reversed(systems):
+                    try:
+                        system.stop()
+                    except Exception as exc:  # keep stopping the others
+                        print(f"warning: stopping {system.name} failed: {exc}", file=sys.stderr)
+        if "plain" not in here:
+            shown = [*plain.cells(), *(c for name, cells in measured.items() if name not in here for c in cells)]
+            row = report_size(n, shown, times, args.runs)
             figures += size_figures(n, times, row)
     finally:
-        for system in reversed(started):
-            try:
-                system.stop()
-            except Exception as exc:  # keep stopping the others
-                print(f"warning: stopping {system.name} failed: {exc}", file=sys.stderr)
-    for system in started:
-        hows[system.name] = system.how
-        startup += [(f"{system.name}, {n} ranks", what, seconds) for what, seconds in system.startup]
+        plain.stop()
+    hows[plain.name] = plain.how
+    startup[:0] = [(f"plain, {n} ranks", what, seconds) for what, seconds in plain.startup]
     failed.update({f"{name}, {n} ranks": why for name, why in here.items()})
     return row
 
@@ -415,14 +467,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3, help="uncounted warm-up rounds (default 3)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds any one cell or start-up step may take "
                    "(default 60; %%dist_init --spawn gets 120 s more)")
+    p.add_argument("--phases", type=int, default=2, help="phases in which nbdist and ipyparallel are each timed "
+                   "alone beside the plain kernel, in turn, the other stopped (default 2; --runs shared among them)")
+    p.add_argument("--together", action="store_true", help="time nbdist and ipyparallel at once, each with the "
+                   "other's processes running (as before 2026-12-07)")
     p.add_argument("--skip", default="", help=f"comma-separated systems not to measure: {', '.join(SKIPPABLE)}")
     args = p.parse_args(argv)
     args.sizes = world_sizes(p, args.world_sizes)
     args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if args.skip - set(SKIPPABLE):
         p.error(f"--skip knows {', '.join(SKIPPABLE)}, not {', '.join(sorted(args.skip - set(SKIPPABLE)))}")
-    if args.runs < 2 or args.warmup < 0 or args.timeout <= 0:
-        p.error("--runs must be >= 2, --warmup >= 0, --timeout > 0")
+    if args.runs < 2 or args.warmup < 0 or args.timeout <= 0 or args.phases < 1:
+        p.error("--runs must be >= 2, --warmup >= 0, --timeout > 0, --phases >= 1")
     return args
 
 
