@@ -289,13 +289,8 @@ def _optimizer(opt: Any, name: str, names: dict[int, str]) -> Iterator[tuple[str
     groups_at = _attr(name, "param_groups")
     for i, group in enumerate(opt.param_groups):
         for key in sorted(group, key=str):
-            if key == "params":
-                continue
-            setting = group[key]
-            if type(setting) in _PLAIN:  # lr, eps, ...: a leaf, without a walk of its own
-                yield f"{groups_at}[{i!r}].{key}", setting
-            else:
-                yield from _walk(setting, f"{groups_at}[{i!r}].{key}", names)
+            if key != "params":
+                yield from _walk(group[key], f"{groups_at}[{i!r}].{key}", names)
 
 
 def _position(opt: Any, p: Any) -> int:
