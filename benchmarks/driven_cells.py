@@ -84,7 +84,19 @@ from typing import Any
 import vs_peers
 from _common import begin, figure, load_note, record
 from cell_overhead import ANSI, BenchError, median_ms, p90_ms
-from vs_peers import Cell, Ipyparallel, Plain, System, require_ok, shutdown_all, time_rounds, timed, version
+from vs_peers import (
+    Cell,
+    Ipyparallel,
+    Plain,
+    System,
+    require_ok,
+    shutdown_all,
+    stop_all,
+    time_rounds,
+    timed,
+    verify_all,
+    version,
+)
 
 from nbdist import ranksets
 from nbdist.drive import kernels
@@ -423,19 +435,10 @@ def run_size(n: int, args: argparse.Namespace, ipp: bool, failed: dict[str, str]
                     if key.startswith("plain"):  # the baseline of the systems timed beside it, round by round
                         for system in timing:
                             times.setdefault(f"{key}@{system.name}", []).extend(values)
-                for system in timing:  # in every phase: each is a world or a cluster of its own
-                    if system.name not in here:
-                        try:
-                            system.verify(args.timeout)
-                        except Exception as exc:
-                            here[system.name] = f"check that it ran everywhere: {type(exc).__name__}: {exc}"
-                            print(f"FAILED {system.name} {here[system.name]}", file=sys.stderr, flush=True)
+                # in every phase: each is a world or a cluster of its own
+                verify_all(timing, args.timeout, here, "check that it ran everywhere")
             finally:
-                for system in reversed(systems):
-                    try:
-                        system.stop()
-                    except Exception as exc:  # keep stopping the others
-                        print(f"warning: stopping {system.name} failed: {exc}", file=sys.stderr)
+                stop_all(systems)
         if "plain" not in here:
             shown = [*plain.cells(), *(c for name, cells in measured.items() if name not in here for c in cells)]
             row = report_size(n, shown, times, args.runs)

@@ -463,6 +463,26 @@ def available(args: argparse.Namespace) -> tuple[list[System], list[str]]:
     return systems, missing
 
 
+def verify_all(systems: list[System], timeout: float, failed: dict[str, str], what: str) -> None:
+    """Check that each system not failed yet really ran its cells; one whose check fails goes to ``failed``."""
+    for system in systems:
+        if system.name not in failed:
+            try:
+                system.verify(timeout)
+            except Exception as exc:
+                failed[system.name] = f"{what}: {type(exc).__name__}: {exc}"
+                print(f"FAILED {system.name} {failed[system.name]}", file=sys.stderr, flush=True)
+
+
+def stop_all(systems: list[System]) -> None:
+    """Stop ``systems``, the last started first; one that fails to stop is said, and the others still stopped."""
+    for system in reversed(systems):
+        try:
+            system.stop()
+        except Exception as exc:  # keep stopping the others
+            print(f"warning: stopping {system.name} failed: {exc}", file=sys.stderr)
+
+
 def time_rounds(systems: list[System], args: argparse.Namespace, failed: dict[str, str]) -> dict[str, list[float]]:
     """Every cell kind once per round, the order rotated each round; a system that fails drops out."""
     cells = [c for s in systems if s.name not in failed for c in s.cells()]
@@ -580,21 +600,11 @@ def main(argv: list[str] | None = None) -> int:
             print("vs_peers: the baseline kernel did not start; nothing to compare", file=sys.stderr)
             return 1
         times = time_rounds(started, args, failed)
-        for system in started:
-            if system.name not in failed:
-                try:
-                    system.verify(args.timeout)
-                except Exception as exc:
-                    failed[system.name] = f"check of the all_reduce result: {type(exc).__name__}: {exc}"
-                    print(f"FAILED {system.name} {failed[system.name]}", file=sys.stderr, flush=True)
+        verify_all(started, args.timeout, failed, "check of the all_reduce result")
         report(started, times, failed, args.runs)
         figures = cell_figures(started, times, failed)
     finally:
-        for system in reversed(started):
-            try:
-                system.stop()
-            except Exception as exc:  # keep stopping the others
-                print(f"warning: stopping {system.name} failed: {exc}", file=sys.stderr)
+        stop_all(started)
 
     print("\nstart-up (single runs, for scale only):")
     for system in started:
