@@ -213,13 +213,13 @@ def _nb_rate():
 
 # Installs, in every kernel, timers on LiveTable.tick (only the calls that did a tick's work: publish this
 # rank's record, read the others', render, publish the display if it changed) and on the watcher thread's
-# whole run (CellWatch._run), in wall time and in the calling thread's own CPU time. _nb_live_read()
+# whole watch of a cell (CellWatch.watch), in wall time and in the calling thread's own CPU time. _nb_live_read()
 # returns what they saw and starts afresh; _nb_live_restore() puts the originals back.
 LIVE_PROFILE_CODE = """\
 import threading as _nb_threading, time as _nb_time
 from nbdist.cell import live as _nb_live, watch as _nb_watch
 _nb_live_seen = {"ticks": [], "watch": []}
-_nb_live_orig = (_nb_live.LiveTable.tick, _nb_watch.CellWatch._run)
+_nb_live_orig = (_nb_live.LiveTable.tick, _nb_watch.CellWatch.watch)
 
 def _nb_timed_tick(self):
     before = self._next
@@ -231,10 +231,10 @@ def _nb_timed_tick(self):
             where = "watcher" if _nb_threading.current_thread() is not _nb_threading.main_thread() else "end"
             _nb_live_seen["ticks"].append((where, _nb_time.perf_counter() - w0, _nb_time.thread_time() - c0))
 
-def _nb_timed_run(self):
+def _nb_timed_run(self, read_fd):
     w0, c0 = _nb_time.perf_counter(), _nb_time.thread_time()
     try:
-        return _nb_live_orig[1](self)
+        return _nb_live_orig[1](self, read_fd)
     finally:
         _nb_live_seen["watch"].append((_nb_time.perf_counter() - w0, _nb_time.thread_time() - c0))
 
@@ -244,9 +244,9 @@ def _nb_live_read():
     return seen
 
 def _nb_live_restore():
-    _nb_live.LiveTable.tick, _nb_watch.CellWatch._run = _nb_live_orig
+    _nb_live.LiveTable.tick, _nb_watch.CellWatch.watch = _nb_live_orig
 
-_nb_live.LiveTable.tick, _nb_watch.CellWatch._run = _nb_timed_tick, _nb_timed_run
+_nb_live.LiveTable.tick, _nb_watch.CellWatch.watch = _nb_timed_tick, _nb_timed_run
 """
 
 

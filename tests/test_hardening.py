@@ -507,3 +507,18 @@ def test_leaving_puts_back_the_environment_and_the_summary_says_where_each_setti
     assert r.status == "error" and r.error["ename"] == "WaitTimeout", r.error
     assert "within --timeout 3 s" in r.error["evalue"] and time.monotonic() - t0 < 15
     assert f"rendezvous 127.0.0.1:{user_port}" in r.text() or f"127.0.0.1:{user_port}" in r.text()
+
+
+@pytest.mark.timeout(120)
+def test_every_cells_watch_runs_on_one_thread_for_the_kernels_life(world):
+    """Plain cells and %%collective cells are watched (the stop button, torch's own collectives) by one thread for
+    the kernel's life, not one started and joined per cell; it stops the cell as before (tests/cell, test_debug)."""
+    watching = "sorted(t.ident for t in threading.enumerate() if t.name == 'nbdist-watch')"
+    ok(kernels.execute_all(world, "import threading", timeout=60))
+    seen = []
+    for code in ("x = 1", "%%collective\nx = 1", "x = 2", "%%collective\nt = torch.ones(1)\ndist.all_reduce(t)"):
+        ok(kernels.execute_all(world, code, timeout=60))
+        seen.append([value(k, watching) for k in world])
+    for rank in range(len(world)):
+        threads = [cell[rank] for cell in seen]
+        assert all(len(t) == 1 for t in threads) and len({t[0] for t in threads}) == 1, (rank, threads)

@@ -16,7 +16,7 @@ from ..errors import StoppedError
 from ..world.link import sync_generation
 from ..world.records import WORLD, Failure, StopAll
 from ..world.store import StoreClient
-from . import capture, cells, prestart, progress, turn
+from . import capture, cells, prestart, progress, turn, watchthread
 from .guard import Guard
 from .hooks import Collectives
 from .plain import DriveSide, Linked, PlainNet
@@ -85,6 +85,7 @@ class KernelTurn:
         progress.unpatch()
         self.stopper.uninstall()
         self.prestart.uninstall()
+        watchthread.stop()  # the cells' watching thread, once the last watch has ended
 
     # --- IPython's cell events ---------------------------------------------------
     def before_cell(self, info: Any = None, *_: Any) -> None:

@@ -45,6 +45,7 @@ from ..errors import (
 from ..world import keys, records
 from ..world.store import StoreClient
 from ..world.world import World
+from . import watchthread
 from .fingerprint import Checker, ended
 from .inflight import Since, pending
 from .stopper import Stopper
@@ -108,6 +109,14 @@ def plain_failure(client: StoreClient, world: World, since: int) -> records.Fail
     return None
 
 
+def _read(fd: int) -> bytes:
+    """What waits on the watching thread's pipe (nothing, where a cell that ended drained it first)."""
+    try:
+        return os.read(fd, 64)
+    except BlockingIOError:
+        return b""
+
+
 def in_collective_code(thread_id: int) -> bool:
     """Whether a thread's innermost Python frame is in torch code that runs collectives."""
     frame = sys._current_frames().get(thread_id)
@@ -148,64 +157,84 @@ class CellWatch:
         self._interrupted_at = 0.0
         self._body = threading.get_ident()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="nbdist-watch", daemon=True)
-        self._read_fd, self._write_fd = os.pipe()
-        os.set_blocking(self._write_fd, False)
+        self._lock = threading.Lock()  # held by the watching thread while it acts for this cell (see __exit__)
+        self._runner: watchthread.Runner | None = None  # the thread that runs this watch, and its pipe
         self._old_wakeup: int | None = None
 
     def __enter__(self) -> CellWatch:
-        if threading.current_thread() is threading.main_thread():
-            self._old_wakeup = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
         if self.stopper is not None:
             self.stopper.watch = self
-        self._thread.start()
+        # Not waited for: the kernel's watching thread takes it, at once where it reads the plain failures first
+        self._runner = watchthread.run(self, prompt=self.plain_since is None)
+        if threading.current_thread() is threading.main_thread():
+            self._old_wakeup = signal.set_wakeup_fd(self._runner.write_fd, warn_on_full_buffer=False)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.stopper is not None and self.stopper.watch is self:
             self.stopper.watch = None
-        self._stop.set()
-        os.write(self._write_fd, b"\0")  # wake the select
-        self._thread.join(timeout=5)
         if self._old_wakeup is not None:
             signal.set_wakeup_fd(self._old_wakeup)
-        os.close(self._read_fd)
-        os.close(self._write_fd)
-
-    def _run(self) -> None:
-        failed_key = self.world.key(keys.failed(self.cell))
-        if self.plain_since is None:  # read here, beside the body, so a cell that starts no collective never waits
+        # The watching thread looks at _stop before each slice, and holds the lock through it: once this cell has
+        # the lock, the thread acts for it no more. A thread that waits in its select holds nothing, so a cell's end
+        # waits only for a slice the thread is inside.
+        self._stop.set()
+        if self._lock.acquire(timeout=5):
             try:
-                self.plain_since = plain_failures(self.client, self.world)
-            except StoreConnectionError as exc:
-                log.info("could not read the plain failures: %s", exc)
-                self.plain_since = 0
-        while not self._stop.is_set():
-            ready, _, _ = select.select([self._read_fd], [], [], POLL_INTERVAL)
-            if ready:
-                data = os.read(self._read_fd, 64)
-                self._forward(data)
-                if signal.SIGINT in data and not self.interrupted:
-                    self.interrupted, self._interrupted_at = True, time.monotonic()
-                    self._stop_cell(records.Failure(self.world.rank, "interrupted",
-                                                    f"{self.world.describe(self.world.rank)} interrupted its cell"),
-                                    tell=True)
+                if self._runner is not None:
+                    self._runner.drain()  # signal bytes sent during this cell are not the next cell's
+            finally:
+                self._lock.release()
+        # Not woken now, while the cell ends: the thread lets this watch go at its next slice, or at the next take.
+
+    def ended(self) -> bool:
+        """Whether the cell ended (its watching thread then lets it go)."""
+        return self._stop.is_set()
+
+    def watch(self, read_fd: int) -> None:
+        """The watching thread's: every slice (:data:`POLL_INTERVAL`, or a signal or wake-up on ``read_fd``), look
+        for a reason to stop the cell, until it ends; each slice holds :attr:`_lock` and begins by checking that."""
+        failed_key = self.world.key(keys.failed(self.cell))
+        with self._lock:
             if self._stop.is_set():
                 return
-            if self.refuse is not None and not self._refused and self.in_use():
-                self._refuse_own()
-            if self.reason is None and self.in_use():
-                self._look_around(failed_key)
-            if self.reason is None and not self.plain and self.since is not None:
-                self._check_own_mismatch()
-            self._check_max_time()  # a failure elsewhere leaves a computing body alone; --max-time does not
-            self._cut_if_needed()
-            self._note_long_collective()
-            if self._on_tick is not None:
+            if self.plain_since is None:  # read here, beside the body, so a cell that starts no collective never waits
                 try:
-                    self._on_tick()
-                except Exception:  # a display problem must never stop the watcher
-                    log.exception("nbdist: the live table failed")
+                    self.plain_since = plain_failures(self.client, self.world)
+                except StoreConnectionError as exc:
+                    log.info("could not read the plain failures: %s", exc)
+                    self.plain_since = 0
+        while True:
+            ready, _, _ = select.select([read_fd], [], [], POLL_INTERVAL)
+            if self._stop.is_set():
+                return
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                self._slice(_read(read_fd) if ready else b"", failed_key)
+
+    def _slice(self, data: bytes, failed_key: str) -> None:
+        if data:
+            self._forward(data)
+            if signal.SIGINT in data and not self.interrupted:
+                self.interrupted, self._interrupted_at = True, time.monotonic()
+                self._stop_cell(records.Failure(self.world.rank, "interrupted",
+                                                f"{self.world.describe(self.world.rank)} interrupted its cell"),
+                                tell=True)
+        if self.refuse is not None and not self._refused and self.in_use():
+            self._refuse_own()
+        if self.reason is None and self.in_use():
+            self._look_around(failed_key)
+        if self.reason is None and not self.plain and self.since is not None:
+            self._check_own_mismatch()
+        self._check_max_time()  # a failure elsewhere leaves a computing body alone; --max-time does not
+        self._cut_if_needed()
+        self._note_long_collective()
+        if self._on_tick is not None:
+            try:
+                self._on_tick()
+            except Exception:  # a display problem must never stop the watcher
+                log.exception("nbdist: the live table failed")
 
     def stuck_since(self) -> float | None:
         """Since when the body has waited in one collective (nbdist's, torch's own, or its comparison); None:
