@@ -36,8 +36,8 @@ class Watch(Protocol):
 class Runner:
     """A thread that runs watches one after another, and its pipe: signal bytes (``signal.set_wakeup_fd``) and its
     own wake-ups (``b"\\0"``) come in on it. ``linger``: how long it waits idle for a next watch (0: it runs one).
-    Its thread alone closes the pipe, as it ends for good, and only under :attr:`_cond`, which every other use of
-    the pipe holds: no write goes to a number that another file took since."""
+    The pipe is closed once, under :attr:`_cond`, which every other use of it holds: by the thread as it ends for
+    good, or by :meth:`stop` where the thread already ended idle. No write goes to a number another file took since."""
 
     def __init__(self, linger: float) -> None:
         self.linger = linger
