@@ -8,7 +8,8 @@ finds for every rank and whose records each rank reads there (``ending``), runni
 (``capture``, ``outputlog``, ``progress``; ``wholeoutput``: a rank's whole output kept on its disk once its
 table leaves some out, ``wholeask``: fetched through the store by a notebook on another host), checking collectives
 (``fingerprint``, ``history``, ``hooks``), a rank's stop state in one object (``stops``), watching and
-stopping a body (``watch``, ``stopper``, ``guard``, ``prestart``: the stop state's inputs), whether a cell
+stopping a body (``watch``, run by one thread per kernel: ``watchthread``; ``stopper``, ``guard``, ``prestart``:
+the stop state's inputs), whether a cell
 started a collective by torch's own count (``inflight``), the plain-cell safety net (``plain``),
 building and rebuilding the process group with every rank (``rebuild``), the
 live table (``live``), what a finished cell shows (``outcome_view``) and one kernel's side of its cells
