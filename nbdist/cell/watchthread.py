@@ -50,6 +50,7 @@ class Runner:
         self._closed = False  # it takes no new watch (stopped, or a runner of one watch)
         self._open = True  # its pipe
         self._waiting = False  # its thread waits for a watch (not in a watch's slice)
+        self._done: Watch | None = None  # the last watch it ran to its end
 
     def take(self, watch: Watch, prompt: bool = True) -> bool:
         """Run ``watch`` from now (False: it runs another watch that has not ended, or it was stopped). A thread
@@ -57,7 +58,7 @@ class Runner:
         takes this one at the slice's end (:data:`~nbdist.config.POLL_INTERVAL`, or a signal): a wake-up while
         the cell runs costs it a switch of the interpreter's lock, which here often waits for the next tick."""
         with self._cond:
-            if self._closed or (self._watch is not None and not self._watch.ended()):
+            if self._closed or not self._idle():
                 return False
             self._watch = watch
             if self.linger == 0:
@@ -108,7 +109,8 @@ class Runner:
             pass
 
     def _idle(self) -> bool:
-        return self._watch is None or self._watch.ended()
+        """No watch to run: none handed over, or the one handed over ended (or failed: not run twice)."""
+        return self._watch is None or self._watch is self._done or self._watch.ended()
 
     def _loop(self) -> None:
         while True:
@@ -134,6 +136,8 @@ class Runner:
                 watch.watch(self.read_fd)
             except Exception:  # a watch's failure must not end the thread the next cells' watches run on
                 log.exception("nbdist: a cell's watcher failed")
+            with self._cond:
+                self._done = watch
 
 
 _SHARED: Runner | None = None

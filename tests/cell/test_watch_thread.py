@@ -169,3 +169,30 @@ def test_an_idle_thread_ends_after_its_linger_and_the_next_watch_starts_another(
         first.end()
         second.end()
         runner.stop()
+
+
+class Failing(Watch):
+    """A watch whose every run raises: the thread must neither end nor run it again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs = 0
+
+    def watch(self, read_fd: int) -> None:
+        self.runs += 1
+        self.started.set()
+        raise RuntimeError("a watch that fails")
+
+
+def test_a_watch_that_fails_is_run_once_and_the_next_watch_runs_on_the_same_thread() -> None:
+    runner = watchthread.Runner(linger=60)
+    failing, after = Failing(), Watch()
+    try:
+        assert runner.take(failing)
+        assert failing.started.wait(WAIT)
+        assert wait_for(lambda: runner.take(after))  # free again once the failed run is over, though not ended
+        assert after.started.wait(WAIT)
+        assert failing.runs == 1 and after.thread in [t.ident for t in watching_threads()]
+    finally:
+        after.end()
+        runner.stop()
